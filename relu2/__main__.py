@@ -1,0 +1,3 @@
+from relu2.cli import main
+
+raise SystemExit(main())

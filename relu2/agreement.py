@@ -1,0 +1,103 @@
+"""The contract: every relu² implementation equals the eager native path bitwise, NaN positions included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from relu2.reference import relu_squared_reference
+
+if TYPE_CHECKING:
+    from relu2.implementations import Implementation
+
+_INT_VIEW = {
+    torch.float64: torch.int64,
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
+
+
+class AgreementError(AssertionError):
+    """An implementation's output differs from the eager native path; the message says where and by how much."""
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """How two tensors differ bitwise."""
+
+    count: int
+    numel: int
+    max_ulp: float  # inf when a NaN meets a number
+    first_index: tuple[int, ...]
+    got: float
+    expected: float
+
+    def describe(self) -> str:
+        return (
+            f"{self.count} of {self.numel} elements differ, max {self.max_ulp:g} ULP; "
+            f"first at index {self.first_index}: got {self.got!r}, expected {self.expected!r}"
+        )
+
+
+def _ordered_bits(t: torch.Tensor) -> torch.Tensor:
+    """Map float bit patterns to integers whose difference is the distance in ULPs (sign-magnitude to linear)."""
+    bits = t.contiguous().view(_INT_VIEW[t.dtype]).to(torch.int64)
+    nbits = t.element_size() * 8
+    sign = bits < 0
+    magnitude = bits & ((1 << (nbits - 1)) - 1)
+    return torch.where(sign, -magnitude, magnitude)
+
+
+def compare_bitwise(got: torch.Tensor, expected: torch.Tensor) -> Mismatch | None:
+    """None when ``got`` equals ``expected`` bit for bit (any NaN payload matches NaN), else the Mismatch."""
+    if got.shape != expected.shape or got.dtype != expected.dtype:
+        raise ValueError(f"cannot compare {got.dtype}{tuple(got.shape)} with {expected.dtype}{tuple(expected.shape)}")
+    g, e = got.detach().reshape(-1), expected.detach().reshape(-1)
+    g_nan, e_nan = torch.isnan(g), torch.isnan(e)
+    # +0 and -0 differ bitwise; relu² never yields -0, so a -0 is a real defect and counts.
+    differ = (_ordered_bits(g) != _ordered_bits(e)) & ~(g_nan & e_nan)
+    differ |= g_nan != e_nan
+    count = int(differ.sum())
+    if count == 0:
+        return None
+    ulp = (_ordered_bits(g) - _ordered_bits(e)).abs().to(torch.float64)
+    ulp = torch.where(g_nan | e_nan, torch.full_like(ulp, float("inf")), ulp)
+    flat = int(torch.nonzero(differ)[0, 0])
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(got.shape))) if got.dim() else ()
+    return Mismatch(
+        count=count,
+        numel=g.numel(),
+        max_ulp=float(ulp[differ].max()),
+        first_index=index,
+        got=float(g[flat]),
+        expected=float(e[flat]),
+    )
+
+
+def check_agreement(impl: "Implementation | str", x: torch.Tensor) -> None:
+    """Raise AgreementError unless ``impl`` applied to ``x`` equals the eager native path bitwise.
+
+    Same shape, dtype and device are required; NaN must sit exactly where the reference has NaN.
+    The input is not modified by the reference, and is checked to be unmodified by ``impl``.
+    """
+    from relu2.implementations import get
+
+    impl = get(impl) if isinstance(impl, str) else impl
+    where = f"{impl.name} on {x.dtype} {tuple(x.shape)} ({x.device.type}, strides {tuple(x.stride())})"
+    before = x.clone()
+    expected = relu_squared_reference(x)
+    got = impl.fn(x)
+    if not isinstance(got, torch.Tensor):
+        raise AgreementError(f"{where}: returned {type(got).__name__}, not a tensor")
+    for what, g, e in (("shape", tuple(got.shape), tuple(expected.shape)), ("dtype", got.dtype, expected.dtype),
+                       ("device", got.device, expected.device)):
+        if g != e:
+            raise AgreementError(f"{where}: {what} {g} differs from the reference's {e}")
+    mismatch = compare_bitwise(got, expected)
+    if mismatch is not None:
+        raise AgreementError(f"{where}: {mismatch.describe()}")
+    if compare_bitwise(x, before) is not None:
+        raise AgreementError(f"{where}: the implementation modified its input")

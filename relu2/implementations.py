@@ -1,0 +1,252 @@
+"""The one registry of relu² implementations: built-ins, user registrations and entry points.
+
+Built-ins are registered as factories and resolved on the first call of ``implementations()``,
+so ``import relu2`` stays cheap and never builds anything.  An implementation that cannot run
+here is still listed, with ``available=False`` and the reason.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Callable, Mapping
+
+import torch
+
+from relu2.reference import relu_squared_reference
+
+ENTRY_POINT_GROUP = "relu2.implementations"
+
+Fn = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One way of computing relu², or a reference that is timed beside them.
+
+    ``devices`` are the device types the implementation accepts ("cpu", "cuda").
+    ``is_relu2`` is False for the ``copy`` roofline reference, which is excluded from agreement.
+    """
+
+    name: str
+    fn: Fn
+    available: bool = True
+    reason: str = ""
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    is_relu2: bool = True
+    description: str = ""
+
+    def supports(self, device: str | torch.device) -> bool:
+        """True when this implementation is available and accepts tensors on ``device``."""
+        return self.available and torch.device(device).type in self.devices
+
+    def why_not(self, device: str | torch.device) -> str:
+        """The reason ``supports(device)`` is False, or "" when it is True."""
+        if not self.available:
+            return self.reason
+        kind = torch.device(device).type
+        return "" if kind in self.devices else f"runs on {', '.join(self.devices)} only, not {kind}"
+
+
+def _unavailable(name: str, reason: str, **kw) -> Implementation:
+    def refuse(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError(f"implementation {name!r} is unavailable: {reason}")
+
+    return Implementation(name=name, fn=refuse, available=False, reason=reason, **kw)
+
+
+# --- built-ins -------------------------------------------------------------------------------
+
+
+def _eager() -> Implementation:
+    return Implementation("eager", relu_squared_reference, description="torch.square(F.relu(x)): two eager kernels")
+
+
+class CompileFallbackError(RuntimeError):
+    """torch.compile would have silently run eager code (dynamo's recompile limit was hit)."""
+
+
+def _compile_target_static(x: torch.Tensor) -> torch.Tensor:
+    # A function of its own, so its dynamo cache (kept per code object) is not shared with
+    # compile_dynamic's and the two never count against each other's recompile limit.
+    return torch.square(torch.nn.functional.relu(x))
+
+
+def _compile_target_dynamic(x: torch.Tensor) -> torch.Tensor:
+    return torch.square(torch.nn.functional.relu(x))
+
+
+# Static compilation specialises on every shape; a sweep sees dozens.  The limit is raised so a
+# grid fits, and hitting it is made a hard error: by default dynamo would silently run eager code
+# and every later "compile" figure would be an eager figure.
+STATIC_RECOMPILE_LIMIT = 256
+
+
+class _GuardedCompile:
+    """``torch.compile`` of the eager path that raises instead of silently falling back to eager."""
+
+    def __init__(self, target: Fn, dynamic: bool) -> None:
+        self.dynamic = dynamic
+        self._compiled = torch.compile(target, dynamic=dynamic, fullgraph=True)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        import torch._dynamo  # noqa: F401  (config lives there)
+
+        patch = torch._dynamo.config.patch(
+            recompile_limit=STATIC_RECOMPILE_LIMIT,
+            accumulated_recompile_limit=4 * STATIC_RECOMPILE_LIMIT,
+            fail_on_recompile_limit_hit=True,
+        )
+        try:
+            with patch:
+                return self._compiled(x)
+        except Exception as e:  # dynamo wraps its own error types; name the situation plainly
+            if "recompile" in type(e).__name__.lower() or "limit" in str(e).lower():
+                raise CompileFallbackError(
+                    f"torch.compile(dynamic={self.dynamic}) hit dynamo's recompile limit at "
+                    f"{x.dtype} {tuple(x.shape)}; refusing to run eager code under the 'compile' name"
+                ) from e
+            raise
+
+
+def _compile() -> Implementation:
+    return Implementation(
+        "compile",
+        _GuardedCompile(_compile_target_static, dynamic=False),
+        description="torch.compile(eager, dynamic=False): one compiled kernel per shape, never falls back",
+    )
+
+
+def _compile_dynamic() -> Implementation:
+    return Implementation(
+        "compile_dynamic",
+        _GuardedCompile(_compile_target_dynamic, dynamic=True),
+        description="torch.compile(eager, dynamic=True), as vLLM compiles forward_native",
+    )
+
+
+def _fused() -> Implementation:
+    from relu2 import fused
+
+    try:
+        fused.load()
+    except Exception as e:  # a failed build carries the compiler's message
+        return _unavailable("fused", f"the fused extension did not build: {e}")
+    devices = ("cpu", "cuda") if fused.has_cuda() else ("cpu",)
+    return Implementation("fused", fused.relu_squared, devices=devices,
+                          description="csrc/ kernel via torch.library (CUDA kernel and C++ CPU twin)")
+
+
+def _triton() -> Implementation:
+    if not torch.cuda.is_available():
+        return _unavailable("triton", "needs CUDA: torch.cuda.is_available() is False", devices=("cuda",))
+    try:
+        from relu2.triton_kernel import relu_squared_triton
+    except Exception as e:  # triton missing or too old
+        return _unavailable("triton", f"triton did not import: {e}", devices=("cuda",))
+    return Implementation("triton", relu_squared_triton, devices=("cuda",),
+                          description="hand-written Triton kernel (Liger-style)")
+
+
+def _copy() -> Implementation:
+    return Implementation("copy", torch.clone, is_relu2=False,
+                          description="device copy of the same bytes: the roofline reference, not relu²")
+
+
+BUILTINS: dict[str, Callable[[], Implementation]] = {
+    "eager": _eager,
+    "compile": _compile,
+    "compile_dynamic": _compile_dynamic,
+    "fused": _fused,
+    "triton": _triton,
+    "copy": _copy,
+}
+
+# name -> resolved Implementation or a factory not yet called.  The registry is the package's one
+# piece of global state.
+_registry: dict[str, Implementation | Callable[[], Implementation]] = dict(BUILTINS)
+_entry_points_loaded = False
+
+
+def register(
+    name: str,
+    fn: Fn,
+    *,
+    devices: tuple[str, ...] = ("cpu", "cuda"),
+    description: str = "",
+    replace: bool = False,
+) -> Implementation:
+    """Add an implementation to the registry; it is then checked and timed like the built-ins.
+
+    ``fn`` takes a tensor and returns relu² of it as a new tensor.  Registering an existing name
+    raises unless ``replace=True``.
+    """
+    if not name or not name.isidentifier():
+        raise ValueError(f"implementation name must be an identifier, got {name!r}")
+    if name in _registry and not replace:
+        raise ValueError(f"implementation {name!r} is already registered (pass replace=True to override)")
+    if not callable(fn):
+        raise TypeError(f"fn for {name!r} must be callable, got {type(fn).__name__}")
+    impl = Implementation(name, fn, devices=tuple(devices), description=description)
+    _registry[name] = impl
+    return impl
+
+
+def unregister(name: str) -> None:
+    """Remove a user-registered implementation (built-ins stay)."""
+    if name in BUILTINS:
+        raise ValueError(f"{name!r} is a built-in implementation")
+    _registry.pop(name, None)
+
+
+def _load_entry_points() -> None:
+    """Entry points in the group ``relu2.implementations`` name an Implementation or a factory of one."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _registry:
+            continue
+        try:
+            _registry[ep.name] = ep.load()
+        except Exception:
+            reason = f"entry point {ep.value} failed to load: {traceback.format_exc(limit=1).strip()}"
+            _registry[ep.name] = _unavailable(ep.name, reason)
+
+
+def _resolve(name: str) -> Implementation:
+    entry = _registry[name]
+    if isinstance(entry, Implementation):
+        return entry
+    try:
+        impl = entry()
+    except Exception as e:  # a broken implementation never breaks the registry
+        impl = _unavailable(name, f"{type(e).__name__}: {e}")
+    if not isinstance(impl, Implementation):
+        impl = _unavailable(name, f"factory returned {type(impl).__name__}, not an Implementation")
+    _registry[name] = impl
+    return impl
+
+
+def implementations() -> Mapping[str, Implementation]:
+    """Every registered implementation by name, available or not; resolves (and builds) lazily."""
+    _load_entry_points()
+    return {name: _resolve(name) for name in list(_registry)}
+
+
+def get(name: str) -> Implementation:
+    """The implementation called ``name``; KeyError lists the known names."""
+    _load_entry_points()
+    if name not in _registry:
+        raise KeyError(f"unknown implementation {name!r}; known: {', '.join(_registry)}")
+    return _resolve(name)
+
+
+def relu_squared(x: torch.Tensor, impl: str = "fused") -> torch.Tensor:
+    """relu²(x) computed by the implementation called ``impl``."""
+    chosen = get(impl)
+    if not chosen.supports(x.device):
+        raise RuntimeError(f"implementation {impl!r} cannot run on {x.device}: {chosen.why_not(x.device)}")
+    return chosen.fn(x)
