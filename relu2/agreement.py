@@ -57,12 +57,14 @@ def compare_bitwise(got: torch.Tensor, expected: torch.Tensor) -> Mismatch | Non
         raise ValueError(f"cannot compare {got.dtype}{tuple(got.shape)} with {expected.dtype}{tuple(expected.shape)}")
     g, e = got.detach().reshape(-1), expected.detach().reshape(-1)
     g_nan, e_nan = torch.isnan(g), torch.isnan(e)
-    # +0 and -0 differ bitwise; relu² never yields -0, so a -0 is a real defect and counts.
-    differ = (_ordered_bits(g) != _ordered_bits(e)) & ~(g_nan & e_nan)
+    # Raw bits, not values: +0 and -0 differ, and relu² never yields -0, so a -0 is a defect.
+    int_view = _INT_VIEW[g.dtype]
+    differ = (g.contiguous().view(int_view) != e.contiguous().view(int_view)) & ~(g_nan & e_nan)
     differ |= g_nan != e_nan
     count = int(differ.sum())
     if count == 0:
         return None
+    # -0 vs +0 is 0 ULP apart yet counted above as a mismatch; the count, not the ULP, says so.
     ulp = (_ordered_bits(g) - _ordered_bits(e)).abs().to(torch.float64)
     ulp = torch.where(g_nan | e_nan, torch.full_like(ulp, float("inf")), ulp)
     flat = int(torch.nonzero(differ)[0, 0])

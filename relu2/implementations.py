@@ -247,6 +247,8 @@ def get(name: str) -> Implementation:
 def relu_squared(x: torch.Tensor, impl: str = "fused") -> torch.Tensor:
     """relu²(x) computed by the implementation called ``impl``."""
     chosen = get(impl)
+    if not chosen.available:
+        raise RuntimeError(f"implementation {impl!r} is unavailable: {chosen.reason}")
     if not chosen.supports(x.device):
         raise RuntimeError(f"implementation {impl!r} cannot run on {x.device}: {chosen.why_not(x.device)}")
     return chosen.fn(x)

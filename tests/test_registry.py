@@ -1,0 +1,122 @@
+"""The implementation registry: built-ins, user registration, entry points, unavailability."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import relu2
+from relu2 import implementations as registry
+from relu2.inputs import DTYPES, agreement_cases
+
+BUILTIN = {"eager", "compile", "compile_dynamic", "fused", "triton", "copy"}
+
+
+def test_builtins_listed_with_the_public_fields():
+    impls = relu2.implementations()
+    assert BUILTIN <= set(impls)
+    for name, impl in impls.items():
+        assert impl.name == name and callable(impl.fn) and isinstance(impl.available, bool)
+        assert impl.available or impl.reason, f"{name} is unavailable without a reason"
+    assert not impls["copy"].is_relu2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA reason")
+def test_triton_unavailable_without_cuda_says_why():
+    triton = relu2.implementations()["triton"]
+    assert not triton.available and "CUDA" in triton.reason
+    with pytest.raises(RuntimeError, match="unavailable"):
+        relu2.relu_squared(torch.randn(4), impl="triton")
+
+
+def test_import_is_cheap_and_builds_nothing():
+    code = "import sys, relu2; print('relu2.fused' in sys.modules, 'torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_relu_squared_by_name():
+    x = torch.randn(100)
+    assert torch.equal(relu2.relu_squared(x, impl="eager"), relu2.relu_squared_reference(x))
+    with pytest.raises(KeyError, match="unknown implementation 'nope'.*eager"):
+        relu2.relu_squared(x, impl="nope")
+
+
+def test_user_registration_is_listed_and_checked():
+    impl = relu2.register("mine", lambda x: torch.clamp(x, min=0) * torch.clamp(x, min=0), description="clamp twice")
+    try:
+        assert relu2.implementations()["mine"] is impl and impl.available
+        for dtype in DTYPES:
+            for case in agreement_cases(dtype):
+                relu2.check_agreement("mine", case.x)
+        with pytest.raises(ValueError, match="already registered"):
+            relu2.register("mine", torch.clone)
+    finally:
+        relu2.unregister("mine")
+    assert "mine" not in relu2.implementations()
+
+
+def test_register_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="identifier"):
+        relu2.register("has space", torch.clone)
+    with pytest.raises(TypeError, match="callable"):
+        relu2.register("notfn", 3)
+    with pytest.raises(ValueError, match="built-in"):
+        relu2.unregister("eager")
+
+
+def test_a_factory_that_raises_becomes_unavailable(monkeypatch):
+    def broken():
+        raise OSError("no such library")
+
+    monkeypatch.setitem(registry._registry, "broken", broken)
+    impl = relu2.implementations()["broken"]
+    assert not impl.available and "no such library" in impl.reason
+    with pytest.raises(RuntimeError, match="unavailable"):
+        impl.fn(torch.randn(2))
+
+
+def test_entry_point_group_is_loaded(monkeypatch):
+    class FakeEntryPoint:
+        name, value = "from_plugin", "plugin:impl"
+
+        def load(self):
+            return relu2.Implementation("from_plugin", relu2.relu_squared_reference)
+
+    class BadEntryPoint:
+        name, value = "bad_plugin", "plugin:missing"
+
+        def load(self):
+            raise ImportError("No module named 'plugin'")
+
+    def entry_points(group):
+        assert group == "relu2.implementations"
+        return [FakeEntryPoint(), BadEntryPoint()]
+
+    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry, "_registry", dict(registry._registry))
+    impls = relu2.implementations()
+    assert impls["from_plugin"].available
+    relu2.check_agreement("from_plugin", torch.randn(33))
+    assert not impls["bad_plugin"].available and "No module named 'plugin'" in impls["bad_plugin"].reason
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["compile", "compile_dynamic"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_compiled_paths_agree_on_cpu(name, dtype):
+    for case in agreement_cases(dtype):
+        relu2.check_agreement(name, case.x)
+
+
+@pytest.mark.slow
+def test_static_compile_fails_loudly_instead_of_falling_back(monkeypatch):
+    """Past dynamo's recompile limit, 'compile' must raise, never quietly run eager code."""
+    monkeypatch.setattr(registry, "STATIC_RECOMPILE_LIMIT", 2)
+    compiled = registry._GuardedCompile(lambda x: torch.square(torch.relu(x)), dynamic=False)
+    compiled(torch.randn(5))
+    compiled(torch.randn(6))
+    with pytest.raises(relu2.CompileFallbackError, match="recompile limit"):
+        compiled(torch.randn(7))
