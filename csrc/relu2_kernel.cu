@@ -1,0 +1,168 @@
+// relu²(x) = relu(x)² on CUDA: a flat, memory-bound, grid-stride kernel.
+//
+// CUDA headers only (see relu2_kernel.h for the contract and the assumptions).  Build without
+// --use_fast_math / -ftz=true: subnormal inputs and outputs must behave as in torch.
+#include "relu2_kernel.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace {
+
+constexpr int kThreads = 256;      // per block
+constexpr int kUnroll = 4;         // independent chunks (16-B vectors on the fast path) in flight per thread
+constexpr int kBlocksPerSm = 4;    // 1024 threads x 4 x 16 B = 64 KiB in flight per SM: ample for HBM
+constexpr int kVectorBytes = 16;   // the widest global load/store (ld.global.v4.u32)
+
+// Conversion to and from the compute type: fp32 for fp32/fp16/bf16 (what torch's opmath uses),
+// fp64 for fp64.  The *_rn intrinsics round to nearest even, once, like torch's conversions.
+template <typename T>
+struct Convert;
+
+template <>
+struct Convert<float> {
+  using Acc = float;
+  static __device__ __forceinline__ float to_acc(float v) { return v; }
+  static __device__ __forceinline__ float from_acc(float v) { return v; }
+};
+
+template <>
+struct Convert<double> {
+  using Acc = double;
+  static __device__ __forceinline__ double to_acc(double v) { return v; }
+  static __device__ __forceinline__ double from_acc(double v) { return v; }
+};
+
+template <>
+struct Convert<__half> {
+  using Acc = float;
+  static __device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ __half from_acc(float v) { return __float2half_rn(v); }
+};
+
+template <>
+struct Convert<__nv_bfloat16> {
+  using Acc = float;
+  static __device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ __nv_bfloat16 from_acc(float v) { return __float2bfloat16_rn(v); }
+};
+
+// relu(v)² with torch.relu's NaN rule: NaN fails `v > 0` but must come out NaN, not 0 (vLLM's
+// kernel returns 0 there, which disagrees with the eager path).  One multiply, so nothing to fuse.
+template <typename Acc>
+__device__ __forceinline__ Acc relu2_value(Acc v) {
+  return v > Acc(0) ? v * v : (isnan(v) ? v : Acc(0));
+}
+
+template <typename T>
+__device__ __forceinline__ T relu2(T x) {
+  using C = Convert<T>;
+  return C::from_acc(relu2_value(C::to_acc(x)));
+}
+
+// N consecutive elements moved as one access: N * sizeof(T) == 16 gives a 16-byte vector load/store,
+// N == 1 a plain scalar one.  The alignment makes the compiler emit the wide instruction.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Grid-stride over `count` packs: in each step a thread loads kUnroll packs (stride apart, so a warp's
+// accesses stay coalesced) before computing and storing any, keeping several loads in flight.
+template <typename T, int N>
+__device__ __forceinline__ void relu2_packs(const Pack<T, N>* __restrict__ in, Pack<T, N>* __restrict__ out,
+                                            int64_t count, int64_t first, int64_t stride) {
+  for (int64_t base = first; base < count; base += stride * kUnroll) {
+    Pack<T, N> buf[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < count) buf[u] = in[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * stride;
+      if (i < count) {
+#pragma unroll
+        for (int k = 0; k < N; ++k) buf[u].v[k] = relu2(buf[u].v[k]);
+        out[i] = buf[u];
+      }
+    }
+  }
+}
+
+// numel / N packs of N elements, then the numel % N tail element by element.  With N > 1 both pointers
+// must be 16-byte aligned (the launcher checks); N == 1 needs only element alignment.
+template <typename T, int N>
+__global__ void __launch_bounds__(kThreads) relu2_kernel(const T* __restrict__ in, T* __restrict__ out,
+                                                         int64_t numel) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t packs = numel / N;
+  relu2_packs<T, N>(reinterpret_cast<const Pack<T, N>*>(in), reinterpret_cast<Pack<T, N>*>(out), packs, first,
+                    stride);
+  if (N > 1) {
+    const int64_t done = packs * N;
+    relu2_packs<T, 1>(reinterpret_cast<const Pack<T, 1>*>(in + done), reinterpret_cast<Pack<T, 1>*>(out + done),
+                      numel - done, first, stride);
+  }
+}
+
+bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Enough blocks to cover the tensor once, capped at a few per SM; the grid-stride loop covers the rest.
+template <typename T, int N>
+cudaError_t launch_packs(const T* in, T* out, int64_t numel, int num_sms, cudaStream_t stream) {
+  const int64_t work_per_block = static_cast<int64_t>(kThreads) * kUnroll * N;
+  const int64_t wanted = ceil_div(numel, work_per_block);
+  const int64_t cap = static_cast<int64_t>(num_sms) * kBlocksPerSm;
+  const unsigned blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
+  relu2_kernel<T, N><<<blocks, kThreads, 0, stream>>>(in, out, numel);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_typed(const void* in, void* out, int64_t numel, int num_sms, cudaStream_t stream) {
+  if (!aligned_to(in, sizeof(T)) || !aligned_to(out, sizeof(T))) return cudaErrorMisalignedAddress;
+  const T* src = static_cast<const T*>(in);
+  T* dst = static_cast<T*>(out);
+  constexpr int kVectorElems = kVectorBytes / static_cast<int>(sizeof(T));
+  if (aligned_to(in, kVectorBytes) && aligned_to(out, kVectorBytes)) {
+    return launch_packs<T, kVectorElems>(src, dst, numel, num_sms, stream);
+  }
+  // A view offset by a few elements (x[1:]) lands here: correct at any element alignment.
+  return launch_packs<T, 1>(src, dst, numel, num_sms, stream);
+}
+
+int current_device_sm_count() {
+  int device = 0;
+  int sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 1;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 1;
+  return sms > 0 ? sms : 1;
+}
+
+}  // namespace
+
+cudaError_t relu2_cuda_launch(const void* in, void* out, int64_t numel, Relu2DType dtype, int num_sms,
+                              cudaStream_t stream) {
+  if (numel < 0) return cudaErrorInvalidValue;
+  if (numel == 0) return cudaSuccess;  // nothing to do; a zero-block launch would be an error
+  if (in == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  if (num_sms <= 0) num_sms = current_device_sm_count();
+  switch (dtype) {
+    case Relu2DType::kFloat32:
+      return launch_typed<float>(in, out, numel, num_sms, stream);
+    case Relu2DType::kFloat16:
+      return launch_typed<__half>(in, out, numel, num_sms, stream);
+    case Relu2DType::kBFloat16:
+      return launch_typed<__nv_bfloat16>(in, out, numel, num_sms, stream);
+    case Relu2DType::kFloat64:
+      return launch_typed<double>(in, out, numel, num_sms, stream);
+  }
+  return cudaErrorInvalidValue;
+}
