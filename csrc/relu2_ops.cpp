@@ -1,0 +1,168 @@
+// The torch binding of relu²: defines relu2::relu_squared and relu2::relu_squared.out, checks every
+// input at this boundary, and hands dense, non-overlapping buffers to the CPU loop (relu2_cpu.cpp) or,
+// when built with RELU2_WITH_CUDA, the CUDA kernel (relu2_kernel.cu).
+//
+// Fake (meta) kernels and the autograd formula are registered from Python (relu2/fused.py).
+
+// Python.h first, as Python asks; the module it defines is empty and exists so that
+// torch.utils.cpp_extension.load can import the library (which runs the registrations below).
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
+#include <torch/library.h>
+#include <torch/version.h>
+
+#include "relu2_cpu.h"
+
+#ifdef RELU2_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "relu2_kernel.h"
+#endif
+
+namespace relu2 {
+namespace {
+
+constexpr const char* kFunctional = "relu2::relu_squared";
+constexpr const char* kOut = "relu2::relu_squared.out";
+
+bool is_supported_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
+}
+
+void check_input(const at::Tensor& x, const char* op) {
+  TORCH_CHECK(is_supported_dtype(x.scalar_type()), op,
+              ": expected a floating-point tensor (float32, float16, bfloat16, float64), got ",
+              x.scalar_type());
+}
+
+// out= never resizes: an out of the wrong shape is a caller bug worth reporting, not papering over.
+void check_out(const at::Tensor& x, const at::Tensor& out) {
+  TORCH_CHECK(out.device() == x.device(), kOut, ": out is on ", out.device(), " but x is on ", x.device(),
+              "; they must be on the same device");
+  TORCH_CHECK(out.scalar_type() == x.scalar_type(), kOut, ": out has dtype ", out.scalar_type(),
+              " but x has dtype ", x.scalar_type(), "; they must match");
+  TORCH_CHECK(out.sizes() == x.sizes(), kOut, ": out has shape ", out.sizes(), " but x has shape ", x.sizes(),
+              "; they must match (out is not resized)");
+}
+
+#ifdef RELU2_WITH_CUDA
+Relu2DType kernel_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return Relu2DType::kFloat32;
+    case at::kHalf:
+      return Relu2DType::kFloat16;
+    case at::kBFloat16:
+      return Relu2DType::kBFloat16;
+    case at::kDouble:
+      return Relu2DType::kFloat64;
+    default:
+      TORCH_CHECK(false, kFunctional, ": no CUDA kernel for dtype ", t);
+  }
+}
+
+void relu_squared_cuda(const at::Tensor& in, at::Tensor& out) {
+  const c10::cuda::CUDAGuard guard(in.device());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const cudaError_t err = relu2_cuda_launch(in.const_data_ptr(), out.mutable_data_ptr(), in.numel(),
+                                            kernel_dtype(in.scalar_type()), num_sms, stream);
+  TORCH_CHECK(err == cudaSuccess, kFunctional, ": CUDA kernel launch failed on ", in.device(), " for ",
+              in.numel(), " ", in.scalar_type(), " elements: ", cudaGetErrorName(err), ": ",
+              cudaGetErrorString(err));
+}
+#endif
+
+// Both kernels assume what this function guarantees: same device, dtype and numel, `in` and `out`
+// contiguous and not overlapping.  They handle any alignment and 64-bit element counts themselves.
+void compute(const at::Tensor& in, at::Tensor& out) {
+  TORCH_INTERNAL_ASSERT(in.is_contiguous() && out.is_contiguous());
+  TORCH_INTERNAL_ASSERT(in.numel() == out.numel() && in.scalar_type() == out.scalar_type());
+  if (in.numel() == 0) return;
+  if (in.is_cpu()) {
+    relu_squared_cpu(in, out);
+    return;
+  }
+#ifdef RELU2_WITH_CUDA
+  if (in.is_cuda()) {
+    relu_squared_cuda(in, out);
+    return;
+  }
+#endif
+  TORCH_CHECK(false, kFunctional, ": no kernel for device ", in.device());
+}
+
+// relu²(x) as a new contiguous tensor of x's shape and dtype.
+at::Tensor relu_squared(const at::Tensor& x) {
+  check_input(x, kFunctional);
+  // The kernels need dense row-major input: strided views (transposes, slices, stride-0 expands) are
+  // copied here, at the boundary, rather than taught to every kernel.
+  const at::Tensor src = x.contiguous();
+  at::Tensor out = at::empty(src.sizes(), src.options());
+  compute(src, out);
+  return out;
+}
+
+// relu²(x) written into out, which must match x in shape, dtype and device; returns out.
+at::Tensor& relu_squared_out(const at::Tensor& x, at::Tensor& out) {
+  check_input(x, kOut);
+  check_out(x, out);
+  const at::Tensor src = x.contiguous();  // as in relu_squared: dense input at the boundary
+  // A strided out, or one sharing memory with x (in place, or a shifted view), goes through a
+  // temporary: the kernels write densely and assume their buffers do not alias.
+  if (out.is_contiguous() && at::get_overlap_status(src, out) == at::MemOverlapStatus::No) {
+    compute(src, out);
+    return out;
+  }
+  at::Tensor tmp = at::empty(src.sizes(), src.options());
+  compute(src, tmp);
+  out.copy_(tmp);
+  return out;
+}
+
+}  // namespace
+}  // namespace relu2
+
+TORCH_LIBRARY(relu2, m) {
+  m.def("relu_squared(Tensor x) -> Tensor");
+  // torch.Tag.out (torch >= 2.13) tells torch.compile that out is a write-only buffer, which lets
+  // functionalization handle the out= overload; older torch has no such tag.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13)
+  m.def("relu_squared.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)", {at::Tag::out});
+#else
+  m.def("relu_squared.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)");
+#endif
+}
+
+TORCH_LIBRARY_IMPL(relu2, CPU, m) {
+  m.impl("relu_squared", &relu2::relu_squared);
+  m.impl("relu_squared.out", &relu2::relu_squared_out);
+}
+
+#ifdef RELU2_WITH_CUDA
+TORCH_LIBRARY_IMPL(relu2, CUDA, m) {
+  m.impl("relu_squared", &relu2::relu_squared);
+  m.impl("relu_squared.out", &relu2::relu_squared_out);
+}
+#endif
+
+// The extension is imported as a Python module named TORCH_EXTENSION_NAME (set by cpp_extension);
+// importing it loads the library and runs the TORCH_LIBRARY registrations above.
+#define RELU2_CONCAT_(a, b) a##b
+#define RELU2_CONCAT(a, b) RELU2_CONCAT_(a, b)
+#define RELU2_STR_(a) #a
+#define RELU2_STR(a) RELU2_STR_(a)
+
+PyMODINIT_FUNC RELU2_CONCAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
+  static struct PyModuleDef module = {
+      PyModuleDef_HEAD_INIT,
+      RELU2_STR(TORCH_EXTENSION_NAME),
+      "relu2 fused kernels; the ops live in torch.ops.relu2",
+      -1,
+      nullptr,
+  };
+  return PyModule_Create(&module);
+}
