@@ -14,11 +14,11 @@ namespace {
 // below which threading costs more than it saves.
 constexpr int64_t kGrainSize = 32768;
 
-// A plain loop the compiler vectorises at -O3: the ternaries become compare-and-select.  `v != v` is
-// isnan() in a form that vectorises; the build must not use -ffast-math, which would fold it away.
-// NaN fails `v > 0` but must come out NaN like torch.relu (vLLM's kernel returns 0 there).
-// Converting through acc_t (float for Half/BFloat16) and back rounds once, to nearest even, as eager
-// torch does; one multiply, so there is nothing to contract into an FMA.
+// A plain loop that GCC vectorises at -O3 with -fno-trapping-math (see relu2/fused.py): the
+// ternaries become compare-and-select.  `v != v` is isnan() in a form that vectorises; the build must
+// not use -ffast-math, which would fold it away.  NaN fails `v > 0` but must come out NaN like
+// torch.relu (vLLM's kernel returns 0 there).  Converting through acc_t (float for Half/BFloat16) and
+// back rounds once, to nearest even, as eager torch does; one multiply, nothing to contract into an FMA.
 template <typename scalar_t, typename acc_t>
 void relu2_loop(const scalar_t* __restrict__ in, scalar_t* __restrict__ out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {

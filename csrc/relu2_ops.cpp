@@ -161,8 +161,12 @@ PyMODINIT_FUNC RELU2_CONCAT(PyInit_, TORCH_EXTENSION_NAME)(void) {
       PyModuleDef_HEAD_INIT,
       RELU2_STR(TORCH_EXTENSION_NAME),
       "relu2 fused kernels; the ops live in torch.ops.relu2",
-      -1,
-      nullptr,
+      -1,       // m_size: no per-module state
+      nullptr,  // m_methods
+      nullptr,  // m_slots
+      nullptr,  // m_traverse
+      nullptr,  // m_clear
+      nullptr,  // m_free
   };
   return PyModule_Create(&module);
 }
