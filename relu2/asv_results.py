@@ -1,0 +1,454 @@
+"""Read an asv results folder into tidy ``Row``s (and raw ``Cell``s for the gate).
+
+asv stays the engine: files are opened with asv's own loaders (``asv.results.Results.load`` for a
+result file, ``asv.util.load_json`` for ``benchmarks.json`` and ``machine.json``), so a format asv
+understands is a format this module understands.  What asv cannot tell us is what its parameters
+*mean*; that mapping lives here:
+
+* the timing mode comes from the method name (``track_hot`` -> ``hot``), and only benchmarks whose
+  unit is seconds are timing benchmarks (``track_peak_memory``, in bytes, is left out of rows);
+* parameter names come from ``benchmarks.json`` (never from a hard-coded module or class name);
+  values are the ``repr`` strings asv stores, unquoted;
+* ``impl`` is required; ``dtype`` defaults to bfloat16 (the model-shape suite has no dtype
+  parameter); size comes from ``numel`` (shape ``(numel // 4096, 4096)`` when numel is a whole
+  number of 4096-wide rows, else ``(numel,)``) or from ``tokens`` x ``hidden`` (shape ``(tokens, hidden)``);
+* asv stores a failed cell as null and a skipped one (setup raised NotImplementedError) as NaN.
+
+Anything unreadable raises ``ResultsError`` with the offending file in the message.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import datetime as _dt
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from relu2.results import COLUMNS, MODES, Row, write_csv
+
+# asv writes these two next to result files; they are not results.
+_NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
+ITEMSIZE = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
+}
+DEFAULT_DTYPE = "bfloat16"  # the model-shape suite times bfloat16 and has no dtype parameter
+GRID_ROW = 4096  # the grid suite lays whole rows of 4096 out as (numel // 4096, 4096), as relu2.sweep does
+FAILED_REASON = "failed during asv run; see the asv log (asv keeps no error text in results)"
+SKIPPED_REASON = "n/a: setup raised NotImplementedError (asv stores skips as NaN)"
+
+
+class ResultsError(Exception):
+    """An asv results folder, or a file in it, that cannot be read; the message names the file."""
+
+
+@dataclass(frozen=True)
+class BenchmarkInfo:
+    """What ``benchmarks.json`` says about one benchmark."""
+
+    name: str  # "bench_relu2.Grid.track_hot"
+    param_names: tuple[str, ...]
+    unit: str
+    version: str | None
+
+    @property
+    def method(self) -> str:
+        """The method name, e.g. ``track_hot``."""
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def mode(self) -> str | None:
+        """``hot``/``cold``/``launch`` for a timing benchmark, else None."""
+        mode = self.method.removeprefix("track_").removeprefix("time_")
+        return mode if mode in MODES and self.unit == "seconds" else None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One benchmark at one parameter combination at one commit, as asv recorded it.
+
+    ``row`` is the tidy figure (None for a non-timing benchmark such as peak memory); ``value``,
+    ``stats`` and ``samples`` are asv's own, as the gate needs them for ``is_different``.
+    """
+
+    machine: str
+    commit: str
+    date_ms: int
+    env: str
+    started_at: int  # asv's per-benchmark start time (ms); newer wins when environments collide
+    benchmark: str
+    params: tuple[tuple[str, str], ...]  # (name, unquoted value) in benchmarks.json order
+    unit: str
+    value: float | None  # None: failed; NaN: skipped
+    stats: dict[str, Any] | None
+    samples: list[float] | None
+    row: Row | None
+
+    @property
+    def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """What identifies this cell across commits."""
+        return (self.benchmark, self.params)
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``failed`` (null in asv) or ``skipped`` (NaN in asv)."""
+        return cell_status(self.value)
+
+    def label(self) -> str:
+        """A short human label: ``Grid.track_hot(impl=fused, dtype=bfloat16, numel=16777216)``."""
+        short = ".".join(self.benchmark.split(".")[-2:])
+        return f"{short}({', '.join(f'{k}={v}' for k, v in self.params)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# pure helpers
+
+
+def cell_status(value: float | None) -> str:
+    """asv's encoding of a cell's fate: null is a failure, NaN a skip, a number a result."""
+    if value is None:
+        return "failed"
+    if isinstance(value, float) and math.isnan(value):
+        return "skipped"
+    return "ok"
+
+
+def unquote(value_repr: str) -> str:
+    """A parameter value as asv stores it (its ``repr``) back to plain text: ``"'fused'"`` -> ``fused``."""
+    try:
+        value = ast.literal_eval(value_repr)
+    except (ValueError, SyntaxError):
+        value = value_repr  # e.g. "torch.bfloat16" is not a literal
+    text = str(value)
+    return text.removeprefix("torch.")
+
+
+def grid_shape(numel: int) -> str:
+    """The grid suite's shape for ``numel``: ``"4096x4096"`` for 2^24, ``"1024"`` for 1024 (as relu2.sweep.grid_shape)."""
+    return f"{numel // GRID_ROW}x{GRID_ROW}" if numel >= GRID_ROW and numel % GRID_ROW == 0 else str(numel)
+
+
+def geometry(params: dict[str, str]) -> tuple[int, str]:
+    """``(numel, shape)`` of a cell from its parameters; ValueError when they name no size."""
+    if "numel" in params:
+        numel = int(params["numel"])
+        return numel, grid_shape(numel)
+    if "tokens" in params and "hidden" in params:
+        tokens, hidden = int(params["tokens"]), int(params["hidden"])
+        return tokens * hidden, f"{tokens}x{hidden}"
+    raise ValueError(f"no size parameter (numel, or tokens and hidden) in {sorted(params)}")
+
+
+def iso_date(js_timestamp_ms: int | float | None) -> str:
+    """asv's commit date (JavaScript milliseconds) as ISO 8601 UTC."""
+    if js_timestamp_ms is None:
+        return ""
+    stamp = _dt.datetime.fromtimestamp(js_timestamp_ms / 1000, tz=_dt.timezone.utc)
+    return stamp.isoformat(timespec="seconds")
+
+
+def quartiles(value: float, stats: dict[str, Any] | None, samples: Sequence[float] | None) -> tuple[float, float]:
+    """q25 and q75: asv's stats when stored, else from the samples, else the median itself."""
+    if stats and stats.get("q_25") is not None and stats.get("q_75") is not None:
+        return float(stats["q_25"]), float(stats["q_75"])
+    if samples:
+        from asv_runner.statistics import quantile
+
+        clean = [s for s in samples if s is not None and not math.isnan(s)]
+        if clean:
+            return quantile(clean, 0.25), quantile(clean, 0.75)
+    return value, value
+
+
+def make_row(
+    *, machine: str, commit: str, date: str, mode: str, params: dict[str, str], value: float | None,
+    stats: dict[str, Any] | None, samples: Sequence[float] | None,
+) -> Row:
+    """The tidy row of one timing cell (roofline left NaN: it needs the copy cell of the same run)."""
+    impl = params["impl"]
+    dtype = params.get("dtype", DEFAULT_DTYPE)
+    if dtype not in ITEMSIZE:
+        raise ValueError(f"unknown dtype {dtype!r}")
+    numel, shape = geometry(params)
+    nbytes = 2 * numel * ITEMSIZE[dtype]
+    status = cell_status(value)
+    nan = float("nan")
+    if status == "ok":
+        median = float(value)
+        q25, q75 = quartiles(median, stats, samples)
+        gbps = nbytes / median / 1e9 if median > 0 else nan
+        reason = ""
+    else:
+        median = q25 = q75 = gbps = nan
+        reason = FAILED_REASON if status == "failed" else SKIPPED_REASON
+    return Row(
+        machine=machine, commit=commit, date=date, impl=impl, dtype=dtype, numel=numel, shape=shape,
+        mode=mode, median_s=median, q25_s=q25, q75_s=q75, bytes=nbytes, gbps=gbps,
+        roofline_fraction=nan, status=status, reason=reason,
+    )
+
+
+def with_roofline(cells: Sequence[Cell]) -> list[Cell]:
+    """Fill each ok row's roofline fraction: copy's median of the same commit/mode/dtype/shape ÷ its median.
+
+    The copy cell of the same benchmark (same suite, same run) is preferred; any benchmark's copy
+    cell of the same commit/mode/dtype/shape is the fallback.
+    """
+    same_bench: dict[tuple, float] = {}
+    any_bench: dict[tuple, float] = {}
+    for c in cells:
+        r = c.row
+        if r is not None and r.impl == "copy" and r.status == "ok":
+            key = (c.machine, c.commit, r.mode, r.dtype, r.shape)
+            same_bench[(c.benchmark, *key)] = r.median_s
+            any_bench.setdefault(key, r.median_s)
+    out = []
+    for c in cells:
+        r = c.row
+        if r is not None and r.status == "ok":
+            key = (c.machine, c.commit, r.mode, r.dtype, r.shape)
+            copy_s = same_bench.get((c.benchmark, *key), any_bench.get(key))
+            if copy_s is not None and r.median_s > 0:
+                c = replace(c, row=replace(r, roofline_fraction=copy_s / r.median_s))
+        out.append(c)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# reading files
+
+
+def _asv():
+    # Imported lazily: asv pulls in a fair amount and most of relu2 never needs it.
+    from asv import results as asv_results
+    from asv import util as asv_util
+    from asv.benchmarks import Benchmarks
+    from asv.machine import Machine
+
+    return asv_results, asv_util, Benchmarks, Machine
+
+
+def _load_json(path: Path, api_version: int) -> dict:
+    _, asv_util, _, _ = _asv()
+    try:
+        data = asv_util.load_json(str(path), api_version=api_version)
+    except asv_util.UserError as e:
+        raise ResultsError(f"{path}: {e}") from None
+    except (OSError, ValueError, TypeError) as e:
+        raise ResultsError(f"{path}: cannot read: {e}") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: not an asv file (expected a JSON object)")
+    return data
+
+
+def _check_dir(results_dir: str | os.PathLike) -> Path:
+    path = Path(results_dir)
+    if not path.is_dir():
+        raise ResultsError(f"{path}: no such results folder")
+    return path
+
+
+def load_benchmarks(results_dir: str | os.PathLike) -> dict[str, BenchmarkInfo]:
+    """The benchmarks asv discovered, from ``<results_dir>/benchmarks.json``."""
+    path = _check_dir(results_dir) / "benchmarks.json"
+    if not path.is_file():
+        raise ResultsError(f"{path}: missing (asv writes it on every run; it names the parameters)")
+    _, _, Benchmarks, _ = _asv()
+    data = _load_json(path, Benchmarks.api_version)
+    out = {}
+    for name, b in data.items():
+        try:
+            out[name] = BenchmarkInfo(
+                name=name, param_names=tuple(b.get("param_names") or ()), unit=str(b.get("unit", "")),
+                version=b.get("version"),
+            )
+        except (AttributeError, TypeError) as e:
+            raise ResultsError(f"{path}: malformed entry {name!r}: {e}") from None
+    return out
+
+
+def machines(results_dir: str | os.PathLike) -> list[str]:
+    """Names of the machines with results: sub-folders holding a ``machine.json``, sorted."""
+    root = _check_dir(results_dir)
+    _, _, _, Machine = _asv()
+    names = []
+    for sub in sorted(p for p in root.iterdir() if p.is_dir()):
+        machine_json = sub / "machine.json"
+        if machine_json.is_file():
+            data = _load_json(machine_json, Machine.api_version)
+            names.append(str(data.get("machine", sub.name)))
+    return names
+
+
+def _result_files(results_dir: Path, machine: str) -> list[Path]:
+    folder = results_dir / machine
+    if not (folder / "machine.json").is_file():
+        raise ResultsError(f"{folder}: no results for machine {machine!r} (no machine.json)")
+    return sorted(p for p in folder.glob("*.json") if p.name not in _NOT_RESULT_FILES)
+
+
+def _load_result(path: Path, machine: str):
+    asv_results, asv_util, _, _ = _asv()
+    try:
+        result = asv_results.Results.load(str(path), machine_name=machine)
+    except asv_util.UserError as e:
+        raise ResultsError(f"{path}: {e}") from None
+    except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+        raise ResultsError(f"{path}: not an asv results file: {e}") from None
+    if not isinstance(result.commit_hash, str) or not isinstance(result.date, (int, float)):
+        raise ResultsError(f"{path}: not an asv results file (no commit hash or date)")
+    return result
+
+
+def _machines_for(results_dir: Path, machine: str | None) -> list[str]:
+    if machine is None:
+        return machines(results_dir)
+    if not (results_dir / machine / "machine.json").is_file():
+        known = ", ".join(machines(results_dir)) or "none"
+        raise ResultsError(f"{results_dir}: no results for machine {machine!r} (machines: {known})")
+    return [machine]
+
+
+def _iter_results(results_dir: Path, machine: str | None) -> Iterable[tuple[Path, str, Any]]:
+    for m in _machines_for(results_dir, machine):
+        for path in _result_files(results_dir, m):
+            yield path, m, _load_result(path, m)
+
+
+def commit_dates(results_dir: str | os.PathLike, machine: str | None = None) -> dict[str, int]:
+    """Full commit hash -> asv's commit date (JavaScript ms), for commits with results."""
+    out: dict[str, int] = {}
+    for _, _, result in _iter_results(_check_dir(results_dir), machine):
+        out[result.commit_hash] = int(result.date)
+    return out
+
+
+def commits(results_dir: str | os.PathLike, machine: str | None = None) -> list[str]:
+    """Full hashes of the commits with results (on ``machine``, or any), oldest first."""
+    dates = commit_dates(results_dir, machine)
+    return sorted(dates, key=lambda h: (dates[h], h))
+
+
+def resolve_commit(results_dir: str | os.PathLike, prefix: str, machine: str | None = None) -> str:
+    """The full hash of the one commit with results starting with ``prefix``; ResultsError otherwise."""
+    prefix = prefix.strip().lower()
+    if not prefix:
+        raise ResultsError("empty commit")
+    known = commits(results_dir, machine)
+    matches = [h for h in known if h.lower().startswith(prefix)]
+    if not matches:
+        where = f"machine {machine!r}" if machine else str(results_dir)
+        shown = ", ".join(h[:8] for h in known) or "none"
+        raise ResultsError(f"no results for commit {prefix!r} on {where} (commits with results: {shown})")
+    if len(matches) > 1:
+        raise ResultsError(f"commit {prefix!r} is ambiguous: {', '.join(h[:12] for h in matches)}")
+    return matches[0]
+
+
+def _cells_of_result(path: Path, machine: str, result, benchmarks: dict[str, BenchmarkInfo]) -> list[Cell]:
+    import itertools
+
+    cells = []
+    date = iso_date(result.date)
+    for name in sorted(result.get_all_result_keys()):
+        info = benchmarks.get(name)
+        if info is None:
+            # A benchmark since removed from the suite: asv publish ignores it too.
+            continue
+        try:
+            param_values = result.get_result_params(name) or []
+            values = result.get_result_value(name, param_values)
+            stats = result.get_result_stats(name, param_values)
+            samples = result.get_result_samples(name, param_values)
+            combos = list(itertools.product(*param_values))
+        except (TypeError, ValueError, KeyError, IndexError) as e:
+            raise ResultsError(f"{path}: malformed result for {name}: {e}") from None
+        if len(info.param_names) != len(param_values):
+            warnings.warn(f"{path}: {name} has {len(param_values)} parameter lists but benchmarks.json names "
+                          f"{len(info.param_names)}; an older layout, left out", stacklevel=3)
+            continue
+        if not (len(values) == len(stats) == len(samples) == len(combos)):
+            raise ResultsError(f"{path}: malformed result for {name}: {len(values)} values for {len(combos)} cells")
+        started_at = int((result.started_at or {}).get(name) or 0)
+        for combo, value, st, smp in zip(combos, values, stats, samples):
+            params = tuple((k, unquote(v)) for k, v in zip(info.param_names, combo))
+            if value is not None and not isinstance(value, (int, float)):
+                raise ResultsError(f"{path}: malformed result for {name}{combo}: value {value!r} is not a number")
+            value = float(value) if value is not None else None
+            row = None
+            if info.mode is not None:
+                try:
+                    row = make_row(machine=machine, commit=result.commit_hash, date=date, mode=info.mode,
+                                   params=dict(params), value=value, stats=st, samples=smp)
+                except (KeyError, ValueError) as e:
+                    warnings.warn(f"{path}: {name}{combo} is not a relu2 timing cell ({e}); left out",
+                                  stacklevel=3)
+            cells.append(Cell(
+                machine=machine, commit=result.commit_hash, date_ms=int(result.date), env=result.env_name or "",
+                started_at=started_at, benchmark=name, params=params, unit=info.unit, value=value,
+                stats=st, samples=smp, row=row,
+            ))
+    return cells
+
+
+def load_cells(
+    results_dir: str | os.PathLike, machine: str | None = None, commit: str | None = None
+) -> list[Cell]:
+    """Every recorded cell (timing and not) of ``machine`` (default: all) at ``commit`` (a prefix; default: all).
+
+    Ordered by commit date, then file, benchmark and parameter order.  Rows carry their roofline
+    fraction.  Raises ResultsError naming the file for anything unreadable.
+    """
+    root = _check_dir(results_dir)
+    benchmarks = load_benchmarks(root)
+    full = resolve_commit(root, commit, machine) if commit else None
+    loaded = []
+    for path, m, result in _iter_results(root, machine):
+        if full is None or result.commit_hash == full:
+            loaded.append((int(result.date), str(path), m, result))
+    loaded.sort(key=lambda t: (t[0], t[1]))
+    cells: list[Cell] = []
+    for _, path, m, result in loaded:
+        cells.extend(_cells_of_result(Path(path), m, result, benchmarks))
+    return with_roofline(cells)
+
+
+def load_rows(results_dir: str | os.PathLike, machine: str | None = None, commit: str | None = None) -> list[Row]:
+    """Tidy rows of every timing cell (unit seconds; memory benchmarks left out) in an asv results folder.
+
+    ``machine`` None means every machine; ``commit`` may be a hash prefix (unknown or ambiguous:
+    ResultsError).  Failed cells come back with status "failed", skipped ones "skipped", both with
+    NaN times and a reason.
+    """
+    return [c.row for c in load_cells(results_dir, machine, commit) if c.row is not None]
+
+
+def export_csv(
+    results_dir: str | os.PathLike, out: str | os.PathLike | None = None, machine: str | None = None
+) -> int:
+    """Write the tidy CSV of ``load_rows`` to ``out`` (atomically), or to stdout when ``out`` is None or "-".
+
+    Returns the number of rows written.
+    """
+    rows = load_rows(results_dir, machine=machine)
+    if out is None or str(out) == "-":
+        writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: getattr(row, k) for k in COLUMNS})
+        sys.stdout.flush()
+    else:
+        write_csv(rows, out)
+    return len(rows)

@@ -1,0 +1,447 @@
+"""Plots of tidy result rows (``relu2.results.Row``): latency, bandwidth, speed-up and history.
+
+Every figure is written twice, PNG (150 dpi) and SVG, atomically (saved to a temporary file in the
+target folder, then renamed).  Only rows with status "ok" are drawn; failed and skipped figures are
+left out (the history plot marks them on the axis).  The size plots use the grid rows only (shape
+``(numel // 4096, 4096)`` or ``(numel,)``): model-shape rows sit at other sizes and would zig-zag
+the lines; when there are no grid rows, all rows are used.
+
+Styles are fixed per implementation (colour and marker, Okabe-Ito palette, legible in greyscale);
+line style is the timing mode.  Legends sit outside the axes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display here; must come before pyplot
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
+
+from relu2.results import Row  # noqa: E402
+
+IMPL_ORDER = ("eager", "compile", "compile_dynamic", "fused", "triton", "copy")
+IMPL_STYLE: dict[str, tuple[str, str]] = {  # colour, marker
+    "eager": ("#D55E00", "o"),
+    "compile": ("#56B4E9", "s"),
+    "compile_dynamic": ("#0072B2", "D"),
+    "fused": ("#009E73", "^"),
+    "triton": ("#CC79A7", "v"),
+    "copy": ("#666666", "."),
+}
+_EXTRA_COLOURS = ("#E69F00", "#F0E442", "#000000", "#882255", "#44AA99", "#999933")
+MODE_STYLE = {"hot": "-", "cold": "--", "launch": ":"}
+MODE_LABEL = {"hot": "hot (graph replay, L2 warm)", "cold": "cold (L2 cold)", "launch": "launch (eager calls, wall clock)"}
+DTYPE_ORDER = ("float32", "float16", "bfloat16")
+REFERENCE = "copy"
+BASELINE = "eager"
+DPI = 150
+
+# ---------------------------------------------------------------------------------------------
+# pure helpers: selecting and formatting
+
+
+def ok_rows(rows: Iterable[Row]) -> list[Row]:
+    """Rows with a usable figure (status ok, finite positive median)."""
+    return [r for r in rows if r.status == "ok" and math.isfinite(r.median_s) and r.median_s > 0]
+
+
+def is_grid_row(row: Row) -> bool:
+    """True for the size-grid cells, whose shape follows from numel alone."""
+    from relu2.asv_results import grid_shape
+
+    return row.shape == grid_shape(row.numel)
+
+
+def size_rows(rows: Iterable[Row]) -> list[Row]:
+    """The rows to draw against numel: grid rows when there are any, else all of them."""
+    rows = list(rows)
+    grid = [r for r in rows if is_grid_row(r)]
+    return grid or rows
+
+
+def latest_commit(rows: Sequence[Row]) -> tuple[str, str]:
+    """``(machine, commit)`` of the most recent row by commit date (ties: the last one seen)."""
+    if not rows:
+        raise ValueError("no rows")
+    best = max(enumerate(rows), key=lambda ir: (ir[1].date, ir[0]))[1]
+    return best.machine, best.commit
+
+
+def select_commit(rows: Sequence[Row], commit: str | None = None, machine: str | None = None) -> list[Row]:
+    """The rows of one machine at one commit: ``commit`` (a prefix) or the latest; ValueError when none match."""
+    rows = [r for r in rows if machine is None or r.machine == machine]
+    if commit:
+        matches = sorted({r.commit for r in rows if r.commit.startswith(commit)})
+        if not matches:
+            raise ValueError(f"no results for commit {commit!r}")
+        if len(matches) > 1:
+            raise ValueError(f"commit {commit!r} is ambiguous: {', '.join(m[:12] for m in matches)}")
+        picked = [r for r in rows if r.commit == matches[0]]
+        m = latest_commit(picked)[0]
+        return [r for r in picked if r.machine == m]
+    m, c = latest_commit(rows)
+    return [r for r in rows if r.machine == m and r.commit == c]
+
+
+def impl_order(impls: Iterable[str]) -> list[str]:
+    """Built-ins in their usual order, then any others alphabetically."""
+    impls = set(impls)
+    return [i for i in IMPL_ORDER if i in impls] + sorted(impls - set(IMPL_ORDER))
+
+
+def dtype_order(dtypes: Iterable[str]) -> list[str]:
+    dtypes = set(dtypes)
+    return [d for d in DTYPE_ORDER if d in dtypes] + sorted(dtypes - set(DTYPE_ORDER))
+
+
+def impl_style(impl: str) -> tuple[str, str]:
+    """``(colour, marker)`` of an implementation; unknown ones get a stable colour from the spare list."""
+    if impl in IMPL_STYLE:
+        return IMPL_STYLE[impl]
+    return _EXTRA_COLOURS[sum(map(ord, impl)) % len(_EXTRA_COLOURS)], "P"
+
+
+def size_label(numel: float) -> str:
+    """``2^k`` sizes as 1K, 64K, 1M, 256M, 1G (binary prefixes); others as plain numbers."""
+    n = int(round(numel))
+    for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{suffix}"
+    return f"{n:,}"
+
+
+def number_label(value: float) -> str:
+    """Axis numbers without scientific notation: 0.5, 2, 30, 1,000."""
+    if value >= 1:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def short_commit(commit: str) -> str:
+    return commit[:8] if commit else "uncommitted"
+
+
+def title_of(what: str, rows: Sequence[Row]) -> str:
+    """``"relu² latency — fixture-machine @ 746046a6 (2026-11-23)"``."""
+    r = rows[0]
+    date = f" ({r.date[:10]})" if r.date else ""
+    return f"relu² {what} — {r.machine or 'unknown machine'} @ {short_commit(r.commit)}{date}"
+
+
+def series(rows: Iterable[Row], value: Callable[[Row], float]) -> list[tuple[int, float, Row]]:
+    """``(numel, value, row)`` sorted by numel, one per numel (the first seen)."""
+    seen: dict[int, tuple[int, float, Row]] = {}
+    for r in rows:
+        seen.setdefault(r.numel, (r.numel, value(r), r))
+    return [seen[n] for n in sorted(seen)]
+
+
+def copy_ceiling_gbps(rows: Iterable[Row], dtype: str | None = None) -> float | None:
+    """copy's achieved GB/s at its largest size (hot mode preferred): the practical bandwidth ceiling."""
+    copies = [r for r in ok_rows(rows) if r.impl == REFERENCE and (dtype is None or r.dtype == dtype)]
+    if not copies:
+        return None
+    largest = max(r.numel for r in copies)
+    at_largest = [r for r in copies if r.numel == largest]
+    hot = [r for r in at_largest if r.mode == "hot"] or at_largest
+    return max(r.gbps for r in hot)
+
+
+def groups(rows: Iterable[Row], *keys: str) -> dict[tuple, list[Row]]:
+    out: dict[tuple, list[Row]] = defaultdict(list)
+    for r in rows:
+        out[tuple(getattr(r, k) for k in keys)].append(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# drawing helpers
+
+
+def _save(fig, out_dir: str | os.PathLike, stem: str) -> list[Path]:
+    """Write ``stem.png`` and ``stem.svg`` atomically; returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in ("png", "svg"):
+        target = out / f"{stem}.{fmt}"
+        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=f".{fmt}.tmp", dir=out)
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight")
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        written.append(target)
+    plt.close(fig)
+    return written
+
+
+def _size_axis(ax, numels: Iterable[int]) -> None:
+    """log2 x axis with a tick at every measured size (thinned to at most ~8 labels)."""
+    ticks = sorted(set(numels))
+    ax.set_xscale("log", base=2)
+    step = max(1, math.ceil(len(ticks) / 8))
+    ax.xaxis.set_major_locator(FixedLocator(ticks[::step]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("elements (numel)")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _log_y(ax) -> None:
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: number_label(v)))
+    ax.grid(True, which="major", axis="y", alpha=0.3)
+
+
+def _panels(n: int, sharey: bool = True):
+    fig, axes = plt.subplots(1, n, figsize=(4.6 * n + 0.4, 4.4), sharey=sharey, squeeze=False)
+    return fig, list(axes[0])
+
+
+def _legend(fig, impls: Sequence[str], modes: Sequence[str], extra: Sequence[Line2D] = ()) -> None:
+    """One legend for the whole figure, right of the panels: colours are impls, line styles modes."""
+    handles = [Line2D([], [], color=impl_style(i)[0], marker=impl_style(i)[1], linestyle="-", label=i) for i in impls]
+    handles += [Line2D([], [], color="black", linestyle=MODE_STYLE[m], label=MODE_LABEL[m]) for m in modes]
+    handles += list(extra)
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
+
+
+def _draw_lines(ax, rows: Sequence[Row], modes: Sequence[str], value: Callable[[Row], float],
+                band: Callable[[Row], tuple[float, float]] | None = None, skip: Iterable[str] = ()) -> None:
+    for impl in impl_order(r.impl for r in rows):
+        if impl in skip:
+            continue
+        colour, marker = impl_style(impl)
+        for mode in modes:
+            pts = series((r for r in rows if r.impl == impl and r.mode == mode), value)
+            if not pts:
+                continue
+            xs = [p[0] for p in pts]
+            ax.plot(xs, [p[1] for p in pts], color=colour, marker=marker, markersize=4,
+                    linestyle=MODE_STYLE[mode], linewidth=1.4)
+            if band is not None:
+                lo_hi = [band(p[2]) for p in pts]
+                ax.fill_between(xs, [b[0] for b in lo_hi], [b[1] for b in lo_hi], color=colour, alpha=0.18,
+                                linewidth=0)
+
+
+def _modes_present(rows: Sequence[Row], wanted: Sequence[str]) -> list[str]:
+    present = {r.mode for r in rows}
+    return [m for m in wanted if m in present]
+
+
+# ---------------------------------------------------------------------------------------------
+# the plots
+
+
+def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "cold"),
+                 stem: str = "latency") -> list[Path]:
+    """Latency (µs) vs numel, log-log, a panel per dtype, a line per impl, median with IQR band.
+
+    Hot solid, cold dashed.  The memory floor (bytes ÷ copy's GB/s at its largest size) is the
+    dotted black line.  ``rows`` should be one machine at one commit (see ``select_commit``).
+    Returns the PNG and SVG paths, or [] when there is nothing to draw.
+    """
+    rows = size_rows(ok_rows(rows))
+    modes = _modes_present(rows, modes)
+    rows = [r for r in rows if r.mode in modes]
+    if not rows:
+        return []
+    dtypes = dtype_order(r.dtype for r in rows)
+    fig, axes = _panels(len(dtypes))
+    extra = []
+    for ax, dtype in zip(axes, dtypes):
+        sub = [r for r in rows if r.dtype == dtype]
+        _draw_lines(ax, sub, modes, lambda r: r.median_s * 1e6, band=lambda r: (r.q25_s * 1e6, r.q75_s * 1e6))
+        ceiling = copy_ceiling_gbps(sub)
+        if ceiling:
+            pts = series(sub, lambda r: r.bytes / (ceiling * 1e9) * 1e6)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color="black", linestyle=(0, (1, 2)), linewidth=1.6)
+            if not extra:
+                extra.append(Line2D([], [], color="black", linestyle=(0, (1, 2)), linewidth=1.6,
+                                    label="memory floor: bytes ÷ copy's GB/s\nat its largest size"))
+        _size_axis(ax, (r.numel for r in sub))
+        _log_y(ax)
+        # The floor of tiny inputs is far below any launch; don't let it squash the data.
+        ax.set_ylim(bottom=0.5 * min(min(r.q25_s, r.median_s) for r in rows) * 1e6)
+        ax.set_title(f"{dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else dtype)
+    axes[0].set_ylabel("latency per call (µs, median; band: IQR)")
+    fig.suptitle(title_of("latency", rows))
+    _legend(fig, impl_order(r.impl for r in rows), modes, extra)
+    fig.tight_layout()
+    return _save(fig, out_dir, stem)
+
+
+def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "cold"),
+                   stem: str = "bandwidth") -> list[Path]:
+    """Achieved GB/s (2 × numel × itemsize ÷ median) vs numel, a panel per dtype, with copy's ceiling.
+
+    Hot figures of small inputs are L2 bandwidth and can rise above the DRAM ceiling.
+    """
+    rows = size_rows(ok_rows(rows))
+    modes = _modes_present(rows, modes)
+    rows = [r for r in rows if r.mode in modes and math.isfinite(r.gbps)]
+    if not rows:
+        return []
+    dtypes = dtype_order(r.dtype for r in rows)
+    fig, axes = _panels(len(dtypes))
+    extra = []
+    for ax, dtype in zip(axes, dtypes):
+        sub = [r for r in rows if r.dtype == dtype]
+        _draw_lines(ax, sub, modes, lambda r: r.gbps,
+                    band=lambda r: (r.bytes / r.q75_s / 1e9, r.bytes / r.q25_s / 1e9))
+        ceiling = copy_ceiling_gbps(sub)
+        if ceiling:
+            ax.axhline(ceiling, color="black", linestyle=(0, (1, 2)), linewidth=1.6)
+            if not extra:
+                extra.append(Line2D([], [], color="black", linestyle=(0, (1, 2)), linewidth=1.6,
+                                    label="copy ceiling: copy's GB/s\nat its largest size"))
+        _size_axis(ax, (r.numel for r in sub))
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        ax.set_title(f"{dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else dtype)
+    axes[0].set_ylabel("achieved bandwidth (GB/s, read + write)")
+    fig.suptitle(title_of("bandwidth", rows))
+    _legend(fig, impl_order(r.impl for r in rows), modes, extra)
+    fig.tight_layout()
+    return _save(fig, out_dir, stem)
+
+
+def speedups(rows: Sequence[Row]) -> list[tuple[Row, float]]:
+    """``(row, eager median ÷ row median)`` for every ok row whose eager twin (same dtype/shape/mode) is ok."""
+    rows = ok_rows(rows)
+    eager = {(r.dtype, r.shape, r.mode): r.median_s for r in rows if r.impl == BASELINE}
+    return [(r, eager[(r.dtype, r.shape, r.mode)] / r.median_s) for r in rows
+            if r.impl != BASELINE and (r.dtype, r.shape, r.mode) in eager]
+
+
+def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "launch"),
+                 stem: str = "speedup") -> list[Path]:
+    """Speed-up over eager (eager median ÷ median) vs numel, a panel per dtype; 1 = as fast as eager.
+
+    Hot (kernel time) solid, launch (what eager mode pays, launch overhead included) dotted by
+    default: the gap between them is the gain graph replay hides.  copy, in grey, is the bound a
+    one-pass kernel can reach.
+    """
+    pairs = speedups(size_rows(ok_rows(rows)))
+    modes = _modes_present([r for r, _ in pairs], modes)
+    pairs = [(r, s) for r, s in pairs if r.mode in modes]
+    if not pairs:
+        return []
+    value = {id(r): s for r, s in pairs}
+    srows = [r for r, _ in pairs]
+    dtypes = dtype_order(r.dtype for r in srows)
+    fig, axes = _panels(len(dtypes))
+    for ax, dtype in zip(axes, dtypes):
+        sub = [r for r in srows if r.dtype == dtype]
+        _draw_lines(ax, sub, modes, lambda r: value[id(r)])
+        ax.axhline(1.0, color=impl_style(BASELINE)[0], linewidth=1.0)
+        _size_axis(ax, (r.numel for r in sub))
+        ax.set_yscale("log", base=2)
+        # Ticks at 2^k and 1.5 x 2^k: log2 alone leaves only two or three labels.
+        ax.yaxis.set_major_locator(LogLocator(base=2, subs=(1.0, 1.5)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.grid(True, which="major", axis="y", alpha=0.3)
+        ax.set_title(dtype)
+    axes[0].set_ylabel("speed-up over eager (×, higher is better)")
+    fig.suptitle(title_of("speed-up over eager", srows))
+    extra = [Line2D([], [], color=impl_style(BASELINE)[0], linewidth=1.0, label="eager = 1×")]
+    _legend(fig, impl_order(r.impl for r in srows), modes, extra)
+    fig.tight_layout()
+    return _save(fig, out_dir, stem)
+
+
+def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: str,
+                 out_dir: str | os.PathLike, stem: str | None = None) -> list[Path]:
+    """One cell across commits: median (µs) with IQR error bars, commits in date order.
+
+    Grid rows are preferred when a model-shape row has the same numel.  Failed or skipped commits
+    are marked on the axis.  One machine: the one with the most rows for this cell.
+    """
+    cell = [r for r in rows if r.impl == impl and r.dtype == dtype and r.numel == numel and r.mode == mode]
+    cell = size_rows(cell)
+    if not cell:
+        return []
+    machine = max(groups(cell, "machine").items(), key=lambda kv: len(kv[1]))[0][0]
+    cell = sorted((r for r in cell if r.machine == machine), key=lambda r: (r.date, r.commit))
+    by_commit: dict[str, Row] = {}
+    for r in cell:  # one figure per commit; an ok figure beats a failed one
+        if r.commit not in by_commit or (by_commit[r.commit].status != "ok" and r.status == "ok"):
+            by_commit[r.commit] = r
+    points = list(by_commit.values())
+    if not any(p.status == "ok" for p in points):
+        return []
+    colour, marker = impl_style(impl)
+    fig, ax = plt.subplots(figsize=(max(6.5, 0.9 * len(points) + 2.5), 4.2))
+    xs = list(range(len(points)))
+    ok = [(x, p) for x, p in zip(xs, points) if p.status == "ok" and math.isfinite(p.median_s)]
+    med = [p.median_s * 1e6 for _, p in ok]
+    yerr = [[max(0.0, (p.median_s - p.q25_s) * 1e6) for _, p in ok],
+            [max(0.0, (p.q75_s - p.median_s) * 1e6) for _, p in ok]]
+    ax.errorbar([x for x, _ in ok], med, yerr=yerr, color=colour, marker=marker, markersize=6, capsize=4,
+                linestyle=MODE_STYLE.get(mode, "-"), linewidth=1.4)
+    for x, p in zip(xs, points):
+        if p.status != "ok":
+            ax.annotate(p.status, (x, 0), xycoords=("data", "axes fraction"), xytext=(0, 6),
+                        textcoords="offset points", ha="center", color="#B00020", fontsize=9)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{short_commit(p.commit)}\n{p.date[:10]}" for p in points], fontsize=8)
+    ax.set_xlim(-0.5, len(points) - 0.5)
+    ax.set_xlabel("commit (oldest → newest)")
+    ax.set_ylabel("latency per call (µs)\nmedian; bars: IQR")
+    # From zero, so a 1.5x step looks like one; headroom above the highest bar.
+    ax.set_ylim(0, max(p.q75_s for _, p in ok) * 1e6 * 1.2)
+    ax.grid(True, axis="y", alpha=0.3)
+    shape = points[0].shape
+    ax.set_title(f"relu² history — {impl}, {dtype}, {size_label(numel)} elements ({shape}), {mode}\n"
+                 f"{machine}", fontsize=11)
+    fig.tight_layout()
+    return _save(fig, out_dir, stem or f"history-{impl}-{dtype}-{numel}-{mode}")
+
+
+def history_cells(rows: Sequence[Row]) -> list[tuple[str, str, int, str]]:
+    """The cells ``plot_all`` draws a history for: every non-copy impl at the largest grid size, hot mode,
+    bfloat16 (else the first dtype); none when there are fewer than two commits."""
+    good = size_rows(ok_rows(rows))
+    if len({r.commit for r in good}) < 2:
+        return []
+    dtypes = dtype_order(r.dtype for r in good)
+    dtype = "bfloat16" if "bfloat16" in dtypes else dtypes[0]
+    mode = "hot" if any(r.mode == "hot" for r in good) else sorted({r.mode for r in good})[0]
+    sub = [r for r in good if r.dtype == dtype and r.mode == mode]
+    numel = max(r.numel for r in sub)
+    impls = impl_order(r.impl for r in sub if r.numel == numel and r.impl != REFERENCE)
+    return [(impl, dtype, numel, mode) for impl in impls]
+
+
+def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None = None) -> list[Path]:
+    """Latency, bandwidth and speed-up at one commit (default: the latest), plus per-impl history.
+
+    Returns every file written (PNG and SVG); [] when no row has a usable figure.  Raises
+    ValueError for a ``commit`` prefix matching no row or several commits.
+    """
+    if not ok_rows(rows):
+        return []
+    at = select_commit(rows, commit)
+    written: list[Path] = []
+    written += plot_latency(at, out_dir)
+    written += plot_bandwidth(at, out_dir)
+    written += plot_speedup(at, out_dir)
+    machine = at[0].machine
+    mine = [r for r in rows if r.machine == machine]
+    for impl, dtype, numel, mode in history_cells(mine):
+        written += plot_history(mine, impl, dtype, numel, mode, out_dir)
+    return written
