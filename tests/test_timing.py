@@ -1,0 +1,181 @@
+"""relu2.timing: the three figures, their statistics, the cache and byte helpers (CPU here, CUDA on a GPU)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from conftest import requires_cuda
+from relu2 import timing
+from relu2.machine import machine_info
+from relu2.reference import relu_squared_reference
+from relu2.timing import Budget, Timing, bytes_moved, quantile, time_fn
+
+FAST = Budget(samples=5, sample_ms=0.3, max_calls=32)
+
+
+def _sane(t: Timing, mode: str, n_samples: int | None = None) -> None:
+    assert t.mode == mode
+    if n_samples is not None:
+        assert len(t.samples_s) == n_samples
+    assert all(math.isfinite(s) and s > 0 for s in t.samples_s)
+    assert min(t.samples_s) <= t.q25_s <= t.median_s <= t.q75_s <= max(t.samples_s)
+    assert t.median_s < 1.0  # seconds per call of a small relu²: anything near a second is a unit bug
+
+
+def test_quantile_interpolates_like_numpy():
+    samples = [4.0, 1.0, 3.0, 2.0]
+    assert quantile(samples, 0.5) == 2.5
+    assert quantile(samples, 0.25) == 1.75
+    assert quantile(samples, 0.75) == 3.25
+    assert quantile([7.0], 0.25) == quantile([7.0], 0.75) == 7.0
+    with pytest.raises(ValueError):
+        quantile([], 0.5)
+
+
+def test_timing_summaries_and_validation():
+    t = Timing("hot", (3.0, 1.0, 2.0))
+    assert (t.q25_s, t.median_s, t.q75_s) == (1.5, 2.0, 2.5)
+    with pytest.raises(ValueError, match="mode"):
+        Timing("warm", (1.0,))
+    with pytest.raises(ValueError):
+        Timing("hot", ())
+
+
+@pytest.mark.parametrize("mode", ["hot", "cold", "launch"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_modes_give_sane_samples(mode, dtype):
+    x = torch.randn(64, 4096).to(dtype)
+    _sane(time_fn(relu_squared_reference, x, mode, FAST), mode, FAST.samples)
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="unknown timing mode"):
+        time_fn(relu_squared_reference, torch.ones(8), "warm")
+
+
+def test_time_all_gives_every_mode():
+    figures = timing.time_all(torch.clone, torch.ones(1024), budget=FAST)
+    assert set(figures) == {"hot", "cold", "launch"}
+
+
+def _recording(fn):
+    seen: list[int] = []
+
+    def wrapped(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x.data_ptr())
+        return fn(x)
+
+    return wrapped, seen
+
+
+def test_cold_rotates_over_copies_larger_than_the_cache(monkeypatch):
+    monkeypatch.setattr(timing, "cpu_cache_bytes", lambda *a, **k: 64 << 10)  # a 64 KiB "LLC"
+    x = torch.randn(1024)  # 4 KiB in + 4 KiB out per call
+    fn, seen = _recording(relu_squared_reference)
+    # One call per sample, enough samples to go round the whole rotation.
+    time_fn(fn, x, "cold", Budget(samples=40, sample_ms=1e-6, max_calls=1))
+    sets = math.ceil(timing.ROTATION_FACTOR * (64 << 10) / bytes_moved(1024, torch.float32))
+    assert len(set(seen)) == sets == 32
+    assert sets * bytes_moved(1024, torch.float32) >= timing.ROTATION_FACTOR * (64 << 10)
+
+
+def test_hot_and_launch_reuse_one_input():
+    x = torch.randn(1024)
+    for mode in ("hot", "launch"):
+        fn, seen = _recording(relu_squared_reference)
+        time_fn(fn, x, mode, FAST)
+        assert set(seen) == {x.data_ptr()}
+
+
+def test_calls_per_sample_is_adaptive_and_bounded():
+    budget = Budget(samples=3, sample_ms=5.0, max_calls=100)
+    assert timing._calls_per_sample(1e-3, budget) == 5  # 1 ms calls: 5 per 5 ms sample
+    assert timing._calls_per_sample(1.0, budget) == 1  # slower than a sample: one call
+    assert timing._calls_per_sample(1e-9, budget) == 100  # tiny: capped
+    assert timing._calls_per_sample(1e-9, budget, limit=7) == 7
+
+
+def test_budget_validation():
+    with pytest.raises(ValueError):
+        Budget(samples=0)
+
+
+def test_bytes_and_dtype_helpers():
+    assert bytes_moved(1024, torch.bfloat16) == 4096
+    assert bytes_moved(1024, "float32") == 8192
+    assert timing.dtype_of("torch.float16") is torch.float16
+    assert timing.dtype_name(torch.bfloat16) == "bfloat16"
+    with pytest.raises(ValueError):
+        timing.dtype_of("float7")
+
+
+def test_cpu_cache_size_from_sysfs(tmp_path):
+    for index, size in enumerate(["32K", "1024K", "32768K", "48M"]):
+        (tmp_path / f"index{index}").mkdir()
+        (tmp_path / f"index{index}" / "size").write_text(size + "\n")
+    assert timing.cpu_cache_bytes(tmp_path) == 48 << 20
+    assert timing.cpu_cache_bytes(tmp_path / "missing") == timing.CPU_CACHE_FALLBACK_BYTES
+    assert timing.l2_bytes("cpu") == timing.cpu_cache_bytes()
+
+
+def test_copy_bandwidth_on_cpu_is_plausible():
+    gbps = timing.copy_bandwidth("cpu", nbytes=8 << 20, budget=FAST)
+    assert 0.05 < gbps < 10_000
+
+
+def test_peak_memory_is_a_gpu_figure():
+    assert timing.peak_memory_bytes(torch.clone, torch.ones(16)) is None
+
+
+def test_machine_info_has_the_asv_keys_as_strings():
+    info = machine_info()
+    assert set(info) == {"gpu", "driver", "cuda", "torch", "triton"}
+    assert all(isinstance(v, str) and v for v in info.values())
+    assert info["torch"] == torch.__version__
+
+
+# --- CUDA (run on the GPU box) -------------------------------------------------------------
+
+
+@requires_cuda
+@pytest.mark.parametrize("mode", ["hot", "cold", "launch"])
+def test_cuda_modes_give_sane_samples(mode):
+    x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
+    _sane(time_fn(relu_squared_reference, x, mode), mode)
+
+
+@requires_cuda
+def test_cuda_cold_is_not_faster_than_hot_and_launch_pays_overhead():
+    small = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)  # 128 KiB: L2-resident when hot
+    hot = time_fn(relu_squared_reference, small, "hot").median_s
+    cold = time_fn(relu_squared_reference, small, "cold").median_s
+    launch = time_fn(relu_squared_reference, small, "launch").median_s
+    assert cold >= 0.9 * hot
+    assert launch >= hot  # graph replay hides the launch cost that eager calls pay
+
+
+@requires_cuda
+def test_cuda_cold_matches_hot_far_above_l2():
+    numel = 8 * timing.l2_bytes("cuda")  # 2-byte elements: in + out = 32x L2
+    x = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
+    hot = time_fn(torch.clone, x, "hot").median_s
+    cold = time_fn(torch.clone, x, "cold").median_s
+    assert cold == pytest.approx(hot, rel=0.25)
+
+
+@requires_cuda
+def test_cuda_peak_memory_counts_the_temporaries():
+    x = torch.randn(1 << 20, device="cuda")
+    out_bytes = x.numel() * x.element_size()
+    assert timing.peak_memory_bytes(torch.clone, x) == out_bytes
+    assert timing.peak_memory_bytes(relu_squared_reference, x) == 2 * out_bytes  # relu's temporary too
+
+
+@requires_cuda
+def test_cuda_l2_and_copy_bandwidth():
+    assert timing.l2_bytes("cuda") > 1 << 20
+    assert 100 < timing.copy_bandwidth("cuda") < 20_000
+    assert machine_info()["gpu"] != "none"
