@@ -67,6 +67,7 @@ class BuildError(RuntimeError):
 
     def __init__(self, message: str, output_tail: str = "") -> None:
         super().__init__(f"{message}\n{output_tail}".rstrip())
+        self.summary = message
         self.output_tail = output_tail
 
 
@@ -111,6 +112,9 @@ _module: ModuleType | None = None
 _info: BuildInfo | None = None
 _ops: tuple[torch._ops.OpOverload, torch._ops.OpOverload] | None = None
 _python_side_registered = False
+# Builds that failed in this process, by key.  Retrying one is pointless (same inputs) and would
+# mislead: cpp_extension skips a second build of an unchanged extension and only tries to import it.
+_failures: dict[str, tuple[str, str]] = {}
 
 
 # --- where things are ---------------------------------------------------------------------------
@@ -253,14 +257,20 @@ def _compile(plan: _Plan, verbose: bool) -> ModuleType:
 
 def _build_and_import(verbose: bool) -> tuple[ModuleType, BuildInfo]:
     plan = _plan()
+    if plan.key in _failures:
+        message, tail = _failures[plan.key]
+        raise BuildError(f"{message} (failed earlier in this process; not retried)", tail)
     start = time.perf_counter()
     cached = (plan.directory / _MARKER).is_file() and (plan.directory / f"{plan.name}.so").is_file()
     try:
         module = _import_built(plan) if cached else _compile(plan, verbose)
-    except BuildError:
+    except BuildError as e:
+        _failures[plan.key] = (e.summary, e.output_tail)
         raise
     except Exception as e:  # built, but the library does not load (missing symbol, wrong ABI, ...)
-        raise BuildError(f"the relu2 extension in {plan.directory} did not load: {type(e).__name__}: {e}") from e
+        message = f"the relu2 extension in {plan.directory} did not load: {type(e).__name__}: {e}"
+        _failures[plan.key] = (message, "")
+        raise BuildError(message) from e
     info = BuildInfo(plan.directory, time.perf_counter() - start, plan.cuda, cached, plan.why_no_cuda)
     return module, info
 
