@@ -1,0 +1,201 @@
+"""The asv suites: discovery, the lazy-import rule, the cache contract, and a real asv run + publish."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+def _asv_script() -> str:
+    import asv
+
+    return str(Path(asv.__file__).parent / "benchmark.py")
+
+
+def _asv_env(home: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, HOME=str(home), **extra)
+    for var in ("RELU2_BENCH_QUICK", "RELU2_BENCH_IMPLS"):
+        if var not in extra:
+            env.pop(var, None)
+    return env
+
+
+@pytest.fixture
+def bench(monkeypatch):
+    """benchmarks.bench_relu2 imported with a quick grid of eager, copy, triton and a wrong one."""
+    monkeypatch.setenv("RELU2_BENCH_QUICK", "1")
+    monkeypatch.setenv("RELU2_BENCH_IMPLS", "eager,copy,triton,wrong")
+    module = importlib.reload(importlib.import_module("benchmarks.bench_relu2"))
+    yield module
+    monkeypatch.undo()
+    importlib.reload(module)  # back to the grid the environment asks for
+
+
+def test_module_imports_without_torch():
+    code = "import sys; import benchmarks.bench_relu2; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def test_grid_constants_match_the_sweep_defaults():
+    from benchmarks import bench_relu2 as b
+    from relu2 import sweep
+
+    assert b.NUMELS == sweep.DEFAULT_SIZES
+    assert b.DTYPES == sweep.DEFAULT_DTYPES
+    assert (b.MODEL_TOKENS, b.MODEL_HIDDEN, b.MODEL_DTYPE) == (sweep.MODEL_TOKENS, sweep.MODEL_HIDDEN, sweep.MODEL_DTYPE)
+    assert set(b.BUILTIN_IMPLS) == set(importlib.import_module("relu2.implementations").BUILTINS)
+
+
+def test_asv_discovers_the_suites(tmp_path):
+    out = tmp_path / "discovered.json"
+    subprocess.run([sys.executable, _asv_script(), "discover", str(ROOT / "benchmarks"), str(out)],
+                   cwd=tmp_path, env=_asv_env(tmp_path), check=True)
+    found = {b["name"]: b for b in json.loads(out.read_text())}
+    expected = {f"bench_relu2.{suite}.track_{what}" for suite in ("Grid", "ModelShapes")
+                for what in ("hot", "cold", "launch", "peak_memory")}
+    assert set(found) == expected
+    grid = found["bench_relu2.Grid.track_hot"]
+    assert grid["param_names"] == ["impl", "dtype", "numel"]
+    assert grid["params"][0] == ["'eager'", "'compile'", "'compile_dynamic'", "'fused'", "'triton'", "'copy'"]
+    assert grid["params"][1] == ["'float32'", "'float16'", "'bfloat16'"]
+    assert grid["params"][2] == [str(4**k) for k in range(5, 15)]
+    model = found["bench_relu2.ModelShapes.track_cold"]
+    assert model["param_names"] == ["impl", "tokens", "hidden"]
+    assert model["params"][1:] == [["1", "16", "128", "1024", "4096", "16384"], ["3072", "12288"]]
+    for name, b in found.items():
+        assert b["type"] == "track"
+        assert b["unit"] == ("bytes" if name.endswith("peak_memory") else "seconds")
+        assert b["setup_cache_timeout"] >= 1800
+    assert len({b["setup_cache_key"] for b in found.values()}) == 1  # one measurement for both suites
+
+
+def test_asv_check_passes(tmp_path):
+    run = subprocess.run(["asv", "check", "--python=same"], cwd=ROOT, env=_asv_env(tmp_path),
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "No problems found" in run.stdout
+
+
+def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_impl, capsys):
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+
+    from relu2.reference import relu_squared_reference
+
+    calls = []
+
+    def wrong(x):
+        calls.append(1)
+        return relu_squared_reference(x) + 1
+
+    temporary_impl("wrong", wrong)
+    cache = bench.setup_cache()
+    grid, model = bench.Grid(), bench.ModelShapes()
+    # one agreement call per input (two grid sizes, one model shape), no timing calls
+    assert len(calls) == 3
+
+    grid.setup(cache, "wrong", "float32", 1024)  # failed is not skipped: the track_ methods raise
+    for track in (grid.track_hot, grid.track_cold, grid.track_launch, grid.track_peak_memory):
+        with pytest.raises(RuntimeError, match="differ"):
+            track(cache, "wrong", "float32", 1024)
+    with pytest.raises(RuntimeError, match="differ"):
+        model.track_hot(cache, "wrong", 1, 3072)
+
+    for impl in ("eager", "copy"):
+        grid.setup(cache, impl, "float32", 4096)
+        figure = grid.track_cold(cache, impl, "float32", 4096)
+        assert figure["number"] == 1 and figure["samples"]
+        assert all(isinstance(s, float) and 0 < s < 1 for s in figure["samples"])
+        assert model.track_launch(cache, impl, 1, 3072)["samples"]
+        if cache["device"] == "cpu":
+            with pytest.raises(SkipNotImplemented):
+                grid.track_peak_memory(cache, impl, "float32", 4096)
+        else:
+            assert grid.track_peak_memory(cache, impl, "float32", 4096) > 0
+
+    if cache["device"] == "cpu":
+        with pytest.raises(NotImplementedError, match="CUDA"):
+            grid.setup(cache, "triton", "float32", 1024)
+        assert "CUDA" in capsys.readouterr().err
+    with pytest.raises(NotImplementedError, match="not measured"):
+        grid.setup(cache, "eager", "float32", 2**30)
+
+
+def test_cache_is_plain_data_that_unpickles_without_torch(bench, tmp_path):
+    cache = bench.setup_cache()
+    path = tmp_path / "cache.pickle"
+    path.write_bytes(pickle.dumps(cache))
+    code = ("import pickle, sys; c = pickle.load(open(sys.argv[1], 'rb')); "
+            "assert 'torch' not in sys.modules and 'relu2' not in sys.modules; print(sorted(c))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['device', 'grid', 'model']"
+
+
+def _wrong_entry_point(where: Path) -> Path:
+    """A 'wrong' implementation installed through the relu2.implementations entry point group."""
+    where.mkdir()
+    (where / "wrongimpl.py").write_text(
+        "import relu2\n\n"
+        "def make():\n"
+        "    return relu2.Implementation('wrong', lambda x: x.clone())\n")
+    info = where / "wrongimpl-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: wrongimpl\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[relu2.implementations]\nwrong = wrongimpl:make\n")
+    return where
+
+
+def test_asv_run_and_publish_end_to_end(tmp_path):
+    """`asv run --python=same` on the quick grid, then `asv publish`: the real asv, results in tmp_path."""
+    conf = json.loads((ROOT / "asv.conf.json").read_text())
+    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(tmp_path / "results"),
+                html_dir=str(tmp_path / "html"), env_dir=str(tmp_path / "env"))
+    config = tmp_path / "asv.conf.json"
+    config.write_text(json.dumps(conf))
+    plugins = _wrong_entry_point(tmp_path / "plugins")
+    env = _asv_env(tmp_path, RELU2_BENCH_QUICK="1", RELU2_BENCH_IMPLS="eager,copy,triton,wrong",
+                   ASV_PYTHONPATH=os.pathsep.join([str(ROOT), str(plugins)]))
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+    def asv(*args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+        run = subprocess.run(["asv", "--config", str(config), *args], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert run.returncode in ok, f"asv {args[0]} exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
+        return run
+
+    asv("machine", "--yes", "--machine", "ci-box")
+    # Three of the eight benchmarks keep it quick (each parameter combination is a process); asv
+    # run exits 2 because the wrong implementation's cells fail, as they must.
+    run = asv("run", "--python=same", "--quick", "--set-commit-hash", head, "--show-stderr",
+              "--bench", "Grid.track_hot", "--bench", "Grid.track_peak_memory", "--bench", "ModelShapes.track_cold",
+              ok=(2,))
+    assert "elements differ" in run.stdout  # the wrong implementation's reason reaches asv's log
+
+    (result_file,) = [p for p in (tmp_path / "results" / "ci-box").glob("*.json") if p.name != "machine.json"]
+    saved = json.loads(result_file.read_text(), parse_constant=lambda c: float(c))
+    results = saved["results"]
+    columns = saved["result_columns"]
+    hot = dict(zip(columns, results["bench_relu2.Grid.track_hot"]))
+    assert hot["params"] == [["'eager'", "'copy'", "'triton'", "'wrong'"], ["'float32'"], ["1024", "4096"]]
+    values = hot["result"]  # impl-major: eager x2, copy x2, triton x2, wrong x2
+    assert all(v is not None and 0 < v < 1 for v in values[:4])  # measured
+    assert all(v is not None and math.isnan(v) for v in values[4:6])  # skipped: n/a
+    assert values[6:] == [None, None]  # failed
+    for i in range(4):  # asv took median and quartiles from the samples
+        assert hot["stats_q_25"][i] <= values[i] <= hot["stats_q_75"][i]
+    memory = dict(zip(columns, results["bench_relu2.Grid.track_peak_memory"]))["result"]
+    assert memory[6:] == [None, None]
+
+    asv("publish")
+    index = json.loads((tmp_path / "html" / "index.json").read_text())
+    assert "bench_relu2.Grid.track_hot" in index["benchmarks"]
+    assert (tmp_path / "html" / "index.html").exists()
