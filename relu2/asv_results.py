@@ -379,6 +379,10 @@ def _cells_of_result(path: Path, machine: str, result, benchmarks: dict[str, Ben
             warnings.warn(f"{path}: {name} has {len(param_values)} parameter lists but benchmarks.json names "
                           f"{len(info.param_names)}; an older layout, left out", stacklevel=3)
             continue
+        # asv's getters pad a short list with None (which would read as failures): check the raw one.
+        raw = getattr(result, "_results", {}).get(name)
+        if isinstance(raw, list) and len(raw) != len(combos):
+            raise ResultsError(f"{path}: malformed result for {name}: {len(raw)} values for {len(combos)} cells")
         if not (len(values) == len(stats) == len(samples) == len(combos)):
             raise ResultsError(f"{path}: malformed result for {name}: {len(values)} values for {len(combos)} cells")
         started_at = int((result.started_at or {}).get(name) or 0)
