@@ -1,0 +1,97 @@
+"""Plots from tidy rows: every file written as non-empty PNG and SVG, failed rows skipped."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import asv_fixture as fx  # noqa: E402
+
+from relu2 import plot  # noqa: E402
+from relu2.asv_results import load_rows  # noqa: E402
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_rows(fx.RESULTS)
+
+
+def assert_images(paths: list[Path], stems: set[str]) -> None:
+    assert {p.stem for p in paths} == stems
+    assert sorted(p.suffix for p in paths) == sorted([".png", ".svg"] * len(stems))
+    for p in paths:
+        data = p.read_bytes()
+        assert len(data) > 10_000, p
+        if p.suffix == ".png":
+            assert data.startswith(PNG_MAGIC)
+        else:
+            assert b"<svg" in data[:2000]
+    assert not [q for q in paths[0].parent.iterdir() if q.name.endswith(".tmp")]  # atomic writes
+
+
+def test_plot_all_latest_commit(rows, tmp_path):
+    written = plot.plot_all(rows, tmp_path)
+    impls = ["eager", "compile", "compile_dynamic", "fused", "triton"]
+    history = {f"history-{i}-bfloat16-268435456-hot" for i in impls}
+    assert_images(written, {"latency", "bandwidth", "speedup"} | history)
+    svg = (tmp_path / "latency.svg").read_text()
+    assert f"{fx.MACHINE} @ {fx.COMMIT_3[:8]}" in svg  # title: machine and commit (text kept as text)
+    assert "latency per call (µs" in svg and "256M" in svg
+
+
+def test_commit_selection(rows, tmp_path):
+    # plot_all draws select_commit(rows, commit); checked here without drawing everything again.
+    assert {r.commit for r in plot.select_commit(rows)} == {fx.COMMIT_3}
+    assert {r.commit for r in plot.select_commit(rows, fx.COMMIT_1[:6])} == {fx.COMMIT_1}
+    with pytest.raises(ValueError, match="no results for commit"):
+        plot.plot_all(rows, tmp_path, commit="deadbeef")
+    assert f"@ {fx.COMMIT_1[:8]}" in plot.title_of("latency", plot.select_commit(rows, fx.COMMIT_1))
+
+
+def test_each_plot_alone(rows, tmp_path):
+    at = plot.select_commit(rows, fx.COMMIT_2)
+    assert_images(plot.plot_latency(at, tmp_path / "l"), {"latency"})
+    assert_images(plot.plot_bandwidth(at, tmp_path / "b"), {"bandwidth"})
+    assert_images(plot.plot_speedup(at, tmp_path / "s"), {"speedup"})
+    cell = plot.plot_history(rows, "fused", "bfloat16", 16777216, "hot", tmp_path / "h")
+    assert_images(cell, {"history-fused-bfloat16-16777216-hot"})
+
+
+def test_failed_and_skipped_rows_are_skipped(rows, tmp_path):
+    # commit 1 has a failed fused float32 cell and triton float32 is n/a everywhere.
+    at = plot.select_commit(rows, fx.COMMIT_1)
+    assert {r.status for r in at} == {"ok", "failed", "skipped"}
+    assert plot.plot_latency(at, tmp_path)
+    history = plot.plot_history(rows, "fused", "float32", 1024, "hot", tmp_path)  # failed, then ok twice
+    assert history and "failed" in (tmp_path / "history-fused-float32-1024-hot.svg").read_text()
+    nothing_ok = [dataclasses.replace(r, status="failed") for r in at]
+    assert plot.plot_all(nothing_ok, tmp_path / "none") == []
+    assert plot.plot_history(rows, "triton", "float32", 1024, "hot", tmp_path) == []
+
+
+def test_rows_of_one_uncommitted_sweep(rows, tmp_path):
+    # A `relu2 sweep` CSV: one machine, no commit; no history plot then.
+    sweep = [dataclasses.replace(r, commit="", date="") for r in plot.select_commit(rows, fx.COMMIT_3)]
+    written = plot.plot_all(sweep, tmp_path)
+    assert {p.stem for p in written} == {"latency", "bandwidth", "speedup"}
+    assert "uncommitted" in (tmp_path / "latency.svg").read_text()
+
+
+def test_labels():
+    assert [plot.size_label(n) for n in (1024, 65536, 2**20, 2**28, 2**30, 3000)] == [
+        "1K", "64K", "1M", "256M", "1G", "3,000"]
+    assert plot.number_label(1000) == "1,000" and plot.number_label(0.5) == "0.5"
+    assert plot.impl_order(["zeta", "copy", "eager"]) == ["eager", "copy", "zeta"]
+
+
+def test_copy_ceiling_is_copy_at_its_largest_size(rows):
+    at = plot.select_commit(rows, fx.COMMIT_3)
+    ceiling = plot.copy_ceiling_gbps(at, "bfloat16")
+    largest = [r for r in at if r.impl == "copy" and r.dtype == "bfloat16" and r.numel == 2**28 and r.mode == "hot"]
+    assert ceiling == pytest.approx(largest[0].gbps)
