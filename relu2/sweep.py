@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
 import torch
+from tqdm import tqdm
 
 from relu2.agreement import AgreementError, check_agreement
 from relu2.implementations import Implementation, get
@@ -213,8 +214,6 @@ def run_sweep(
     groups: dict[tuple[str, tuple[int, ...]], list[Cell]] = {}
     for cell in cells:
         groups.setdefault((cell.dtype, cell.shape), []).append(cell)
-
-    from tqdm import tqdm
 
     measured: dict[Cell, CellResult] = {}
     references: dict[tuple[str, tuple[int, ...]], CellResult] = {}

@@ -79,7 +79,7 @@ def test_asv_discovers_the_suites(tmp_path):
 
 
 def test_asv_check_passes(tmp_path):
-    run = subprocess.run(["asv", "check", "--python=same"], cwd=ROOT, env=_asv_env(tmp_path),
+    run = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same"], cwd=ROOT, env=_asv_env(tmp_path),
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "No problems found" in run.stdout
@@ -167,7 +167,7 @@ def test_asv_run_and_publish_end_to_end(tmp_path):
                           check=True).stdout.strip()
 
     def asv(*args: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
-        run = subprocess.run(["asv", "--config", str(config), *args], cwd=ROOT, env=env,
+        run = subprocess.run([sys.executable, "-m", "asv", "--config", str(config), *args], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=600)
         assert run.returncode in ok, f"asv {args[0]} exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
         return run
