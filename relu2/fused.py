@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -149,15 +150,34 @@ def cache_root() -> Path:
 # --- what to build ------------------------------------------------------------------------------
 
 
+def _cuda_home() -> str | None:
+    """The CUDA toolkit torch.utils.cpp_extension would build with ($CUDA_HOME, nvcc on PATH, /usr/local/cuda)."""
+    from torch.utils.cpp_extension import CUDA_HOME
+
+    return CUDA_HOME
+
+
+def _toolkit_version(cuda_home: str) -> str | None:
+    """The toolkit's version (version.json, else CUDA_VERSION in cuda.h), so an upgrade in place rebuilds."""
+    root = Path(cuda_home)
+    try:
+        return json.loads((root / "version.json").read_text())["cuda"]["version"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:  # toolkits installed from wheels or trimmed images often lack version.json
+        match = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", (root / "include" / "cuda.h").read_text())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
 def _why_no_cuda() -> str:
     """"" when a CUDA build is possible here, else the reason it is not."""
     if torch.version.cuda is None:
         return "this torch was built without CUDA"
     if not torch.cuda.is_available():
         return "torch.cuda.is_available() is False"
-    from torch.utils.cpp_extension import CUDA_HOME
-
-    if CUDA_HOME is None:
+    if _cuda_home() is None:
         return "no CUDA toolkit found (set CUDA_HOME to the folder holding bin/nvcc)"
     return ""
 
@@ -197,16 +217,11 @@ def _plan() -> _Plan:
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "cuda_home": _cuda_home() if cuda else None,
+        "cuda_toolkit": _toolkit_version(_cuda_home()) if cuda else None,
         "python": sys.version,
         "platform": [sys.platform, platform.machine()],
     }
     return _Plan(root, sources, cflags, cuda_cflags, cuda, why_no_cuda, _cache_key(files, settings))
-
-
-def _cuda_home() -> str | None:
-    from torch.utils.cpp_extension import CUDA_HOME
-
-    return CUDA_HOME
 
 
 # --- building and importing ---------------------------------------------------------------------

@@ -192,18 +192,18 @@ def test_gradient_is_two_relu_x():
 
 
 def test_works_inside_torch_compile_fullgraph():
-    torch._dynamo.reset()
-
     @torch.compile(fullgraph=True)
     def f(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        fused.relu_squared(x, out=out)
+        if HAS_OUT_TAG:  # older torch cannot functionalize an untagged out= custom op
+            fused.relu_squared(x, out=out)
         return fused.relu_squared(x) + 1
 
     x = random_input(257, torch.float32)
-    out = torch.empty_like(x)
+    out = torch.full_like(x, -1.0)
     y = f(x, out)
     assert_bitwise(y, relu_squared_reference(x) + 1)
-    assert_bitwise(out, relu_squared_reference(x))
+    if HAS_OUT_TAG:
+        assert_bitwise(out, relu_squared_reference(x))
 
 
 # --- building: cache, second process, failures --------------------------------------------------
