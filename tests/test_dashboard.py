@@ -1,0 +1,242 @@
+"""The dashboard, offline: ``asv publish`` + ``asv-tachyon install`` over the fixture, loaded in headless Chromium.
+
+How the browser is driven: the plain Chromium command line, one process per page, with
+``--virtual-time-budget`` (the page's scripts run to quiescence), ``--dump-dom`` (the rendered DOM
+on stdout), ``--screenshot`` and ``--enable-logging=stderr`` (console messages and uncaught
+exceptions appear on stderr as ``CONSOLE`` lines).  No Playwright, Selenium or DevTools client:
+nothing to download or install beyond the Debian ``chromium`` package, and nothing that can drift
+from the browser's version.  ``--host-resolver-rules`` makes every host but 127.0.0.1 unresolvable,
+so the test proves the page needs no network even on a machine that has one; the legacy asv page
+(CDN scripts) is the negative control.
+
+The HTML is served by ``http.server`` on 127.0.0.1 with an ephemeral port, in a thread, and every
+request is recorded.  Skipped when Chromium is not installed (``.ci/run`` installs it).
+
+Set ``RELU2_UPDATE_DOCS_SCREENSHOT=1`` to also copy the regressions page screenshot to
+docs/img/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import functools
+import html as html_lib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import asv_fixture as fx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+PLANTED_NAME = "bench_relu2.Grid.track_hot('fused', 'bfloat16', 16777216)"
+# Cell indices of Grid.track_hot in asv's params order (impl x dtype x numel): fused, triton and
+# copy at bfloat16 2^24.  tachyon selects series by these in its URL.
+EXPLORE_PARAMS = "38,48,58"
+BENCHMARKS = [
+    "bench_relu2.Grid.track_cold", "bench_relu2.Grid.track_hot", "bench_relu2.Grid.track_launch",
+    "bench_relu2.ModelShapes.track_cold", "bench_relu2.ModelShapes.track_hot",
+    "bench_relu2.ModelShapes.track_launch", "bench_relu2.ModelShapes.track_peak_memory",
+]
+
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)"),
+    pytest.mark.skipif(importlib.util.find_spec("asv_tachyon") is None,
+                       reason="asv-tachyon not installed (pip install -e '.[dashboard]')"),
+    pytest.mark.skipif(shutil.which("git") is None, reason="asv publish needs git"),
+]
+
+
+# ---------------------------------------------------------------------------------------------
+# building and serving the site
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> str:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The published and tachyon-installed HTML folder, built from a copy of the fixture."""
+    root = tmp_path_factory.mktemp("dashboard")
+    home = root / "home"
+    home.mkdir()
+    # A private HOME: asv reads ~/.asv-machine.json and git reads ~/.gitconfig; neither may leak in.
+    env = {**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
+    repo = root / "repo"
+    _run(["git", "clone", "-q", "--branch", "main", str(fx.BUNDLE), str(repo)], env, root)
+    results = fx.copy_results(root / "results")
+    html = root / "html"
+    conf = root / "asv.conf.json"
+    conf.write_text(json.dumps({
+        "version": 1,
+        "project": "relu2-bench-fixture",
+        "project_url": "https://example.invalid/relu2-bench-fixture",
+        "repo": str(repo),
+        "dvcs": "git",
+        "branches": ["main"],
+        "environment_type": "virtualenv",
+        "benchmark_dir": str(repo / "benchmarks"),
+        "results_dir": str(results),
+        "html_dir": str(html),
+    }))
+    # The installed asv of this interpreter, and asv-tachyon's own CLI (`asv-tachyon install HTML_DIR`).
+    _run([sys.executable, "-m", "asv", "publish", "--no-pull", "--config", str(conf)], env, root)
+    _run([sys.executable, "-m", "asv_tachyon", "install", str(html)], env, root)
+    return html
+
+
+@dataclass
+class Server:
+    url: str
+    requests: list[tuple[str, int]] = field(default_factory=list)  # (path, status), in order
+
+    def status_of(self, path_prefix: str) -> list[int]:
+        return [code for path, code in self.requests if path.startswith(path_prefix)]
+
+
+@pytest.fixture(scope="module")
+def server(site: Path) -> Iterator[Server]:
+    """``site`` served on 127.0.0.1 (never every interface) at an ephemeral port, requests recorded."""
+    server = Server(url="")
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_request(self, code="-", size="-") -> None:
+            server.requests.append((self.path, int(code)))
+
+        def log_message(self, format, *args) -> None:  # noqa: A002 - the stdlib's signature
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(site)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    server.url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    try:
+        yield server
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------
+# the browser
+
+
+@dataclass
+class Page:
+    dom: str
+    text: str  # the DOM's visible text, whitespace collapsed
+    console: list[str]  # console messages and uncaught exceptions
+    screenshot: Path
+
+    def errors(self) -> list[str]:
+        """Console lines that report a failure (plain logging is allowed)."""
+        return [m for m in self.console if re.search(r"uncaught|error|exception|failed", m, re.I)]
+
+
+_CONSOLE = re.compile(r":CONSOLE[^\]]*\]\s*(.*)$")
+
+
+def page_text(dom: str) -> str:
+    dom = re.sub(r"<(script|style)\b.*?</\1>", " ", dom, flags=re.S | re.I)
+    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", " ", dom))).strip()
+
+
+def load(url: str, workdir: Path, name: str, height: int = 1000) -> Page:
+    """Render ``url`` in headless Chromium until its scripts settle; DOM, console and a screenshot."""
+    profile = workdir / f"profile-{name}"
+    shot = workdir / f"{name}.png"
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={profile}",
+        "--enable-logging=stderr", "--v=0",
+        # Offline by construction: only the local server resolves.
+        "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+        "--virtual-time-budget=10000", f"--window-size=1400,{height}", f"--screenshot={shot}",
+    ]
+    env = {**os.environ, "HOME": str(workdir)}
+    proc = subprocess.run([CHROMIUM, *flags, "--dump-dom", url], capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert proc.returncode == 0, f"chromium exited {proc.returncode}:\n{proc.stderr[-3000:]}"
+    console = [m.group(1) for line in proc.stderr.splitlines() if (m := _CONSOLE.search(line))]
+    return Page(dom=proc.stdout, text=page_text(proc.stdout), console=console, screenshot=shot)
+
+
+# ---------------------------------------------------------------------------------------------
+# tests
+
+
+def test_publish_keeps_asv_data_and_installs_tachyon(site: Path):
+    assert (site / "index.json").is_file() and any((site / "graphs").rglob("*.json"))
+    assert (site / "index.legacy.html").is_file()  # asv's own page, kept by tachyon
+    regressions = json.loads((site / "regressions.json").read_text())["regressions"]
+    # asv's own step detection found the planted step, and nothing else.
+    assert [r[0] for r in regressions] == [PLANTED_NAME]
+
+
+def test_overview_renders_every_benchmark(server: Server, tmp_path: Path):
+    page = load(server.url, tmp_path, "overview")
+    assert page.errors() == []
+    for name in BENCHMARKS:
+        assert name in page.text
+    assert fx.MACHINE in page.text and "external (JavaScript) dependencies" not in page.text
+    assert server.status_of("/index.json") and set(server.status_of("/index.json")) <= {200, 304}
+
+
+def test_graph_shows_the_commits_of_one_cell(server: Server, tmp_path: Path):
+    url = f"{server.url}#view=explore&bench={fx.PLANTED_BENCH}&params={EXPLORE_PARAMS}"
+    page = load(url, tmp_path, "explore", height=1500)
+    assert page.errors() == []
+    assert "<canvas" in page.dom  # the chart (uPlot draws on a canvas)
+    # The points of the selected series, newest first: the planted step from 18.6 µs to 28.0 µs.
+    points = re.search(r"Recent points (.*?) Source", page.text)
+    assert points, page.text[:2000]
+    assert re.search(rf"{fx.COMMIT_3[:8]} 27\.9\d+µs {fx.COMMIT_2[:8]} 18\.6\d+µs {fx.COMMIT_1[:8]} 18\.6\d+µs",
+                     points.group(1)), points.group(1)
+    graph_requests = [(p, c) for p, c in server.requests if p.startswith("/graphs/") and "Grid.track_hot" in p]
+    assert graph_requests and all(c in (200, 304) for _, c in graph_requests)
+    assert page.screenshot.stat().st_size > 20_000
+
+
+def test_regressions_page_lists_the_planted_regression(server: Server, tmp_path: Path):
+    page = load(f"{server.url}#view=regressions", tmp_path, "regressions", height=520)
+    assert page.errors() == []
+    assert server.status_of("/regressions.json") and set(server.status_of("/regressions.json")) <= {200, 304}
+    row = re.search(re.escape(PLANTED_NAME) + r"(.{0,200})", page.text)
+    assert row, page.text[:2000]
+    assert "1.50" in row.group(1) and fx.COMMIT_3[:8] in row.group(1)
+    assert page.screenshot.stat().st_size > 20_000
+    if os.environ.get("RELU2_UPDATE_DOCS_SCREENSHOT") == "1":
+        target = ROOT / "docs" / "img" / "dashboard.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(page.screenshot, target)
+
+
+def test_legacy_asv_page_fails_offline(server: Server, tmp_path: Path):
+    # Negative control: asv 0.6.6's own page loads jQuery & co. from CDNs, which cannot resolve here.
+    # If this ever renders, the offline guarantee of the other tests is not being exercised.
+    page = load(f"{server.url}index.legacy.html", tmp_path, "legacy", height=400)
+    assert "external (JavaScript) dependencies of airspeed velocity failed to load" in page.text
+
+
+def test_console_errors_are_seen(site: Path, server: Server, tmp_path: Path):
+    # The detector the tests above rely on: an uncaught exception must show up in page.errors().
+    (site / "broken.html").write_text("<p>x</p><script>console.log('fine'); undefinedFunction();</script>")
+    page = load(f"{server.url}broken.html", tmp_path, "broken", height=200)
+    assert any("undefinedFunction" in e for e in page.errors()), page.console
+    assert not any("fine" in e for e in page.errors())
