@@ -47,6 +47,22 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def default_sizes(device: str) -> list[int]:
+    """2^10 .. 2^28 every factor 4 on CUDA; up to 2^22 on the CPU, where a full grid would take long."""
+    top = 28 if device == "cuda" else 22
+    return [2**k for k in range(10, top + 1, 2)]
+
+
+def _hostname(device: str) -> str:
+    import socket
+
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name().replace(" ", "-").lower()
+    return socket.gethostname()
+
+
 def _git_commit() -> str:
     import subprocess
 
@@ -64,12 +80,13 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     import relu2
     from relu2 import timing
+    from relu2.machine import machine_info
 
     device = args.device or _default_device()
-    for key, value in timing.machine_info().items():
+    for key, value in machine_info().items():
         print(f"{key:<12}{value}")
     print(f"{'device':<12}{device}")
-    print(f"{'cache':<12}{timing.cache_bytes(device) / 2**20:.0f} MiB ({'L2' if device == 'cuda' else 'last-level'})")
+    print(f"{'cache':<12}{timing.l2_bytes(device) / 2**20:.0f} MiB ({'L2' if device == 'cuda' else 'last-level'})")
     if not args.no_bandwidth:
         print(f"{'copy':<12}{timing.copy_bandwidth(device):.0f} GB/s (device copy, bytes read + written)")
     print("\nimplementations:")
@@ -141,17 +158,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     names = args.impl or list(known)
     if "copy" not in names:
         names.append("copy")  # the roofline every figure is compared with
-    sizes = args.sizes or sweep.default_sizes(device)
+    sizes = args.sizes or default_sizes(device)
     cells = sweep.default_cells(names, args.dtype, sizes)
     if args.model_shapes:
         cells += sweep.model_cells(names)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"relu2 sweep: {len(cells)} cells x {len(args.modes)} modes on {device}; writing {out}/", file=sys.stderr)
-    rows = sweep.run_cells(cells, args.modes, device=device, machine=args.machine, commit=_git_commit(),
-                           progress=not args.no_progress, checkpoint=out / "sweep.partial.csv")
+    rows = sweep.run_cells(cells, args.modes, device=device, machine=args.machine or _hostname(device),
+                           commit=_git_commit(), progress=not args.no_progress)
     write_csv(rows, out / "sweep.csv")
-    (out / "sweep.partial.csv").unlink(missing_ok=True)
     print(format_table(rows))
     written = plot.plot_all(rows, out)
     print(f"\nwrote {out / 'sweep.csv'} and {len(written)} plot files in {out}/")

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Everything the project measures on a lent GPU box in one call: build, GPU tests, agreement,
+# a sweep, and asv across commits, offline.  Prints a short table last; full logs and results go to
+# $OUT (one tarball, since the device tool returns at most 8 files).
+#
+#   bash scripts/h200.sh smoke          # build, CUDA tests, relu2 check/info, a small sweep
+#   bash scripts/h200.sh asv REV...     # asv run on each REV (commit, or asv range A..B), offline
+#   bash scripts/h200.sh sweep ARGS...  # relu2 sweep ARGS --out $OUT/sweep
+#
+# Expects, in the repository root: .whl/ holding asv and its dependencies (scripts/fetch-wheels.sh
+# makes it) and .whl/repo.bundle, a git bundle of the repository (asv checks commits out of it).
+# The box's own python3 (/opt/torch/.venv) has torch, triton, matplotlib, tqdm, pytest and ninja.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+ROOT=$(pwd)
+OUT=${OUT:-/tmp/relu2-out}
+LOG=$OUT/logs
+mkdir -p "$LOG"
+MACHINE=${RELU2_MACHINE:-h200}
+TORCH_BIN=$(dirname "$(readlink -f "$(command -v python3)")")
+export PATH="$TORCH_BIN:$PATH"
+export RELU2_CACHE_DIR=${RELU2_CACHE_DIR:-/tmp/relu2-cache}
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+step() { printf '\n== %s  (%s)\n' "$*" "$(date +%T)"; }
+run() { local name=$1; shift; step "$name"; local t0=$SECONDS
+  "$@" 2>&1 | tee "$LOG/$name.log"; local rc=${PIPESTATUS[0]}
+  echo "-- $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$LOG/summary.txt"; return 0; }
+
+install_asv() {
+  # asv lives in a venv of its own; benchmark environments see torch through a .pth file
+  # (asv.conf.json's first build_command) and get everything else from .whl, never the network.
+  [ -x /tmp/asvenv/bin/asv ] && return 0
+  python3 -m venv /tmp/asvenv &&
+  /tmp/asvenv/bin/python -m pip install -q --no-index --find-links "$ROOT/.whl" asv asv-tachyon virtualenv
+}
+
+smoke() {
+  run env sh -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; nvcc --version | tail -1'
+  run build python3 -m relu2 build
+  run nvcc-resources bash .ci/nvcc_check.sh sm_90
+  run info python3 -m relu2 info
+  run check python3 -m relu2 check
+  run pytest-cuda python3 -m pytest -m cuda -v -rs -p no:cacheprovider tests/
+  run sweep-smoke python3 -m relu2 sweep --no-progress --dtype bfloat16 --sizes 2^10,2^16,2^20,2^24,2^28 \
+      --out "$OUT/sweep-smoke"
+}
+
+asv_run() {
+  install_asv || { echo "asv install failed"; return 1; }
+  local repo=/tmp/relu2-repo
+  [ -d $repo ] || git clone -q "$ROOT/.whl/repo.bundle" $repo
+  cp "$ROOT/asv.conf.json" $repo/asv.conf.json
+  mkdir -p $repo/results && cp -r "$ROOT/results/." $repo/results/ 2>/dev/null
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl" PIP_CONFIG_FILE=/dev/null
+  export RELU2_TORCH_SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  (cd $repo && /tmp/asvenv/bin/asv machine --yes --machine "$MACHINE" >/dev/null &&
+   python3 - "$MACHINE" <<'PY'
+import json, os, sys
+from relu2.machine import machine_info
+path = os.path.expanduser("~/.asv-machine.json")
+data = json.load(open(path))
+data[sys.argv[1]].update(machine_info())
+json.dump(data, open(path, "w"), indent=2)
+print(json.dumps(data[sys.argv[1]], indent=1))
+PY
+  )
+  for rev in "$@"; do
+    case $rev in *..*) spec=$rev ;; *) spec="$rev^!" ;; esac
+    run "asv-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" sh -c \
+      "cd $repo && /tmp/asvenv/bin/asv run --machine '$MACHINE' --show-stderr --record-samples '$spec'"
+  done
+  (cd $repo && /tmp/asvenv/bin/asv publish >/dev/null 2>&1 && echo "asv publish: ok" | tee -a "$LOG/summary.txt")
+  tar -C $repo -czf "$OUT/results.tgz" results
+  python3 -m relu2 export $repo/results --out "$OUT/export.csv"
+}
+
+case ${1:-smoke} in
+  smoke) smoke ;;
+  asv) shift; asv_run "$@" ;;
+  sweep) shift; run sweep python3 -m relu2 sweep --no-progress "$@" --out "$OUT/sweep" ;;
+  *) echo "usage: $0 smoke | asv REV... | sweep ARGS..." >&2; exit 2 ;;
+esac
+tar -C "$OUT" -czf "$OUT/logs.tgz" logs $(cd "$OUT" && ls -d sweep* 2>/dev/null)
+step summary
+cat "$LOG/summary.txt"
+rm -rf "$LOG" "$OUT"/sweep*
