@@ -17,7 +17,8 @@ OUT=${OUT:-/tmp/relu2-out}
 LOG=$OUT/logs
 mkdir -p "$LOG"
 MACHINE=${RELU2_MACHINE:-h200}
-TORCH_BIN=$(dirname "$(readlink -f "$(command -v python3)")")
+# The box's torch lives in /opt/torch/.venv; a bare python3 on PATH may be the system one.
+TORCH_BIN=${RELU2_TORCH_BIN:-/opt/torch/.venv/bin}
 export PATH="$TORCH_BIN:$PATH"
 export RELU2_CACHE_DIR=${RELU2_CACHE_DIR:-/tmp/relu2-cache}
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
