@@ -22,6 +22,8 @@ from __future__ import annotations
 import ast
 import csv
 import datetime as _dt
+import functools
+import itertools
 import math
 import os
 import sys
@@ -300,6 +302,15 @@ def _result_files(results_dir: Path, machine: str) -> list[Path]:
 
 
 def _load_result(path: Path, machine: str):
+    stat = path.stat()
+    return _load_result_cached(str(path), machine, stat.st_mtime_ns, stat.st_size)
+
+
+# The gate and the CLI look commits up, then load them: each file would be parsed several times.
+# Keyed by mtime and size so an edited file is read again.
+@functools.lru_cache(maxsize=64)
+def _load_result_cached(path_str: str, machine: str, mtime_ns: int, size: int):
+    path = Path(path_str)
     asv_results, asv_util, _, _ = _asv()
     try:
         result = asv_results.Results.load(str(path), machine_name=machine)
@@ -321,10 +332,12 @@ def _machines_for(results_dir: Path, machine: str | None) -> list[str]:
     return [machine]
 
 
-def _iter_results(results_dir: Path, machine: str | None) -> Iterable[tuple[Path, str, Any]]:
+def _iter_results(results_dir: Path, machine: str | None, prefix: str = "") -> Iterable[tuple[Path, str, Any]]:
+    """Loaded result files; ``prefix`` keeps only files named for such a commit (asv names them by hash[:8])."""
     for m in _machines_for(results_dir, machine):
         for path in _result_files(results_dir, m):
-            yield path, m, _load_result(path, m)
+            if path.name.startswith(prefix):
+                yield path, m, _load_result(path, m)
 
 
 def commit_dates(results_dir: str | os.PathLike, machine: str | None = None) -> dict[str, int]:
@@ -358,8 +371,6 @@ def resolve_commit(results_dir: str | os.PathLike, prefix: str, machine: str | N
 
 
 def _cells_of_result(path: Path, machine: str, result, benchmarks: dict[str, BenchmarkInfo]) -> list[Cell]:
-    import itertools
-
     cells = []
     date = iso_date(result.date)
     for name in sorted(result.get_all_result_keys()):
@@ -390,6 +401,8 @@ def _cells_of_result(path: Path, machine: str, result, benchmarks: dict[str, Ben
             params = tuple((k, unquote(v)) for k, v in zip(info.param_names, combo))
             if value is not None and not isinstance(value, (int, float)):
                 raise ResultsError(f"{path}: malformed result for {name}{combo}: value {value!r} is not a number")
+            if not isinstance(st, (dict, type(None))) or not isinstance(smp, (list, type(None))):
+                raise ResultsError(f"{path}: malformed statistics or samples for {name}{combo}")
             value = float(value) if value is not None else None
             row = None
             if info.mode is not None:
@@ -419,7 +432,7 @@ def load_cells(
     benchmarks = load_benchmarks(root)
     full = resolve_commit(root, commit, machine) if commit else None
     loaded = []
-    for path, m, result in _iter_results(root, machine):
+    for path, m, result in _iter_results(root, machine, prefix=full[:8] if full else ""):
         if full is None or result.commit_hash == full:
             loaded.append((int(result.date), str(path), m, result))
     loaded.sort(key=lambda t: (t[0], t[1]))

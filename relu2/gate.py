@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from relu2.asv_results import Cell, ResultsError, commit_dates, load_cells, machines, resolve_commit
+from relu2.asv_results import Cell, ResultsError, commit_dates, iso_date, load_cells, machines, resolve_commit
 
 
 class GateInputError(ResultsError):
@@ -219,11 +219,10 @@ def gate(
         raise
     except ResultsError as e:
         raise GateInputError(str(e)) from None
-    found = compare_cells(_by_key(base_cells), _by_key(head_cells), factor)
-    from relu2.asv_results import iso_date
-
+    base_by_key = _by_key(base_cells)
+    found = compare_cells(base_by_key, _by_key(head_cells), factor)
     return GateReport(
-        machine=m, base=base_full, head=head_full, factor=factor, compared=len(_by_key(base_cells)),
+        machine=m, base=base_full, head=head_full, factor=factor, compared=len(base_by_key),
         base_date=iso_date(dates.get(base_full))[:10], head_date=iso_date(dates.get(head_full))[:10],
         **found,
     )
