@@ -39,7 +39,8 @@ IMPL_STYLE: dict[str, tuple[str, str]] = {  # colour, marker
 }
 _EXTRA_COLOURS = ("#E69F00", "#F0E442", "#000000", "#882255", "#44AA99", "#999933")
 MODE_STYLE = {"hot": "-", "cold": "--", "launch": ":"}
-MODE_LABEL = {"hot": "hot (graph replay, L2 warm)", "cold": "cold (L2 cold)", "launch": "launch (eager calls, wall clock)"}
+MODE_LABEL = {"hot": "hot (kernel time, L2 warm)", "cold": "cold (kernel time, L2 cold)",
+              "launch": "launch (eager calls, wall clock)"}
 DTYPE_ORDER = ("float32", "float16", "bfloat16")
 REFERENCE = "copy"
 BASELINE = "eager"
@@ -188,11 +189,11 @@ def _save(fig, out_dir: str | os.PathLike, stem: str) -> list[Path]:
 
 
 def _size_axis(ax, numels: Iterable[int]) -> None:
-    """log2 x axis with a tick at every measured size (thinned to at most ~8 labels)."""
+    """log2 x axis with a tick at every measured size (thinned to at most 10, always keeping the largest)."""
     ticks = sorted(set(numels))
     ax.set_xscale("log", base=2)
-    step = max(1, math.ceil(len(ticks) / 8))
-    ax.xaxis.set_major_locator(FixedLocator(ticks[::step]))
+    step = max(1, math.ceil(len(ticks) / 10))
+    ax.xaxis.set_major_locator(FixedLocator(ticks[::-1][::step][::-1]))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: size_label(v)))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("elements (numel)")
