@@ -220,11 +220,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_gate(args: argparse.Namespace) -> int:
     from relu2 import gate
 
-    try:
-        report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor)
-    except gate.GateInputError as e:
-        print(f"relu2 gate: {e}", file=sys.stderr)
-        return 2
+    report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor)
     print(report.format())
     return report.exit_code
 
@@ -325,9 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
+    from relu2.asv_results import ResultsError
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except ResultsError as e:  # unusable results folder or file: the message names it
+        print(f"relu2 {args.command}: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130

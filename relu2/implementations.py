@@ -89,8 +89,20 @@ class _GuardedCompile:
     def __init__(self, target: Fn, dynamic: bool) -> None:
         self.dynamic = dynamic
         self._compiled = torch.compile(target, dynamic=dynamic, fullgraph=True)
+        self._seen: set[tuple] = set()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # What dynamo guards on here.  A signature seen before runs its compiled code directly:
+        # entering the config patch costs about 60 µs a call, which the `launch` figure would
+        # otherwise charge to torch.compile.
+        signature = (tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad, torch.is_grad_enabled())
+        if signature in self._seen:
+            return self._compiled(x)
+        out = self._guarded_call(x)
+        self._seen.add(signature)
+        return out
+
+    def _guarded_call(self, x: torch.Tensor) -> torch.Tensor:
         import torch._dynamo  # noqa: F401  (config lives there)
 
         patch = torch._dynamo.config.patch(
@@ -149,9 +161,24 @@ def _triton() -> Implementation:
                           description="hand-written Triton kernel (Liger-style)")
 
 
+_SAME_WIDTH_INT = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
+
+
+def copy_bytes(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` made by an elementwise kernel: the bytes relu² moves, and nothing else.
+
+    Not ``torch.clone``: a contiguous clone is a cudaMemcpy, and inside a CUDA graph (how ``hot`` and
+    ``cold`` are timed) that becomes a copy-engine memcpy node, measured on the H200 at 2.76 TB/s
+    against 4.16 TB/s for the same copy launched eagerly.  OR-ing the integer view with 0 runs torch's
+    ordinary vectorised elementwise kernel in both settings and leaves every bit as it was.
+    """
+    as_int = x.view(_SAME_WIDTH_INT[x.element_size()])
+    return torch.bitwise_or(as_int, 0).view(x.dtype)
+
+
 def _copy() -> Implementation:
-    return Implementation("copy", torch.clone, is_relu2=False,
-                          description="device copy of the same bytes: the roofline reference, not relu²")
+    return Implementation("copy", copy_bytes, is_relu2=False,
+                          description="elementwise device copy of the same bytes: the roofline reference, not relu²")
 
 
 BUILTINS: dict[str, Callable[[], Implementation]] = {
