@@ -11,10 +11,13 @@
 
 namespace {
 
-constexpr int kThreads = 256;      // per block
-constexpr int kUnroll = 4;         // independent chunks (16-B vectors on the fast path) in flight per thread
-constexpr int kBlocksPerSm = 4;    // 1024 threads x 4 x 16 B = 64 KiB in flight per SM: ample for HBM
-constexpr int kVectorBytes = 16;   // the widest global load/store (ld.global.v4.u32)
+constexpr int kThreads = 256;     // per block
+constexpr int kMaxUnroll = 4;     // 16-B vectors in flight per thread on large tensors
+constexpr int kVectorBytes = 16;  // the widest global load/store (LDG.E.128 / STG.E.128)
+// Below this many resident threads' worth of work per SM (2048 threads x kMaxUnroll vectors), a
+// thread moves one vector: more, smaller blocks spread a small tensor over every SM, and the
+// per-thread chain stays one load long, which is what decides latency there.
+constexpr int kThreadsPerSm = 2048;
 
 // Conversion to and from the compute type: fp32 for fp32/fp16/bf16 (what torch's opmath uses),
 // fp64 for fp64.  The *_rn intrinsics round to nearest even, once, like torch's conversions.
@@ -69,44 +72,38 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-// Grid-stride over `count` packs: in each step a thread loads kUnroll packs (stride apart, so a warp's
-// accesses stay coalesced) before computing and storing any, keeping several loads in flight.
-template <typename T, int N>
-__device__ __forceinline__ void relu2_packs(const Pack<T, N>* __restrict__ in, Pack<T, N>* __restrict__ out,
-                                            int64_t count, int64_t first, int64_t stride) {
-  for (int64_t base = first; base < count; base += stride * kUnroll) {
-    Pack<T, N> buf[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + u * stride;
-      if (i < count) buf[u] = in[i];
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = base + u * stride;
-      if (i < count) {
-#pragma unroll
-        for (int k = 0; k < N; ++k) buf[u].v[k] = relu2(buf[u].v[k]);
-        out[i] = buf[u];
-      }
-    }
-  }
-}
-
-// numel / N packs of N elements, then the numel % N tail element by element.  With N > 1 both pointers
+// One pass, no grid-stride loop: block b owns packs [b * kThreads * U, (b + 1) * kThreads * U), and its
+// threads load all U of theirs (kThreads apart, so each warp's accesses are coalesced) before
+// computing and storing any, keeping U loads in flight per thread.  The block count is a
+// 32-bit grid dimension: up to 2^31 - 1 blocks of kThreads * U packs, far beyond any tensor.
+// The numel % N tail (fewer than N elements) is done by the last block.  With N > 1 both pointers
 // must be 16-byte aligned (the launcher checks); N == 1 needs only element alignment.
-template <typename T, int N>
+template <typename T, int N, int U>
 __global__ void __launch_bounds__(kThreads) relu2_kernel(const T* __restrict__ in, T* __restrict__ out,
                                                          int64_t numel) {
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  using P = Pack<T, N>;
   const int64_t packs = numel / N;
-  relu2_packs<T, N>(reinterpret_cast<const Pack<T, N>*>(in), reinterpret_cast<Pack<T, N>*>(out), packs, first,
-                    stride);
-  if (N > 1) {
-    const int64_t done = packs * N;
-    relu2_packs<T, 1>(reinterpret_cast<const Pack<T, 1>*>(in + done), reinterpret_cast<Pack<T, 1>*>(out + done),
-                      numel - done, first, stride);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (kThreads * U) + threadIdx.x;
+  const P* src = reinterpret_cast<const P*>(in);
+  P* dst = reinterpret_cast<P*>(out);
+  P buf[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t i = first + static_cast<int64_t>(u) * kThreads;
+    if (i < packs) buf[u] = src[i];
+  }
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t i = first + static_cast<int64_t>(u) * kThreads;
+    if (i < packs) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) buf[u].v[k] = relu2(buf[u].v[k]);
+      dst[i] = buf[u];
+    }
+  }
+  if (N > 1 && blockIdx.x == gridDim.x - 1) {
+    const int64_t i = packs * N + threadIdx.x;
+    if (i < numel) out[i] = relu2(in[i]);
   }
 }
 
@@ -114,15 +111,20 @@ bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintpt
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Enough blocks to cover the tensor once, capped at a few per SM; the grid-stride loop covers the rest.
+template <typename T, int N, int U>
+cudaError_t launch_blocks(const T* in, T* out, int64_t numel, cudaStream_t stream) {
+  // At least one block, for a tensor smaller than one pack (all tail).
+  const int64_t blocks = ceil_div(numel / N, static_cast<int64_t>(kThreads) * U);
+  relu2_kernel<T, N, U><<<static_cast<unsigned>(blocks > 0 ? blocks : 1), kThreads, 0, stream>>>(in, out, numel);
+  return cudaGetLastError();
+}
+
+// U = kMaxUnroll once the tensor can keep every SM full with that many vectors per thread; 1 below.
 template <typename T, int N>
 cudaError_t launch_packs(const T* in, T* out, int64_t numel, int num_sms, cudaStream_t stream) {
-  const int64_t work_per_block = static_cast<int64_t>(kThreads) * kUnroll * N;
-  const int64_t wanted = ceil_div(numel, work_per_block);
-  const int64_t cap = static_cast<int64_t>(num_sms) * kBlocksPerSm;
-  const unsigned blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
-  relu2_kernel<T, N><<<blocks, kThreads, 0, stream>>>(in, out, numel);
-  return cudaGetLastError();
+  const int64_t fill = static_cast<int64_t>(num_sms) * kThreadsPerSm * kMaxUnroll;
+  if (numel / N >= fill) return launch_blocks<T, N, kMaxUnroll>(in, out, numel, stream);
+  return launch_blocks<T, N, 1>(in, out, numel, stream);
 }
 
 template <typename T>
