@@ -3,9 +3,11 @@
 # a sweep, and asv across commits, offline.  Prints a short table last; full logs and results go to
 # $OUT (one tarball, since the device tool returns at most 8 files).
 #
-#   bash scripts/h200.sh smoke          # build, CUDA tests, relu2 check/info, a small sweep
-#   bash scripts/h200.sh asv REV...     # asv run on each REV (commit, or asv range A..B), offline
-#   bash scripts/h200.sh sweep ARGS...  # relu2 sweep ARGS --out $OUT/sweep
+#   bash scripts/h200.sh STEP...   steps run in order:
+#     smoke         build, CUDA tests, relu2 info/check, SASS check, a small sweep
+#     tests         build, CUDA tests, relu2 check, SASS check
+#     asv=REV       asv run on REV (a commit, or an asv range A..B), offline, results kept
+#     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (scripts/fetch-wheels.sh
 # makes it) and .whl/repo.bundle, a git bundle of the repository (asv checks commits out of it).
@@ -22,6 +24,8 @@ TORCH_BIN=${RELU2_TORCH_BIN:-/opt/torch/.venv/bin}
 export PATH="$TORCH_BIN:$PATH"
 export RELU2_CACHE_DIR=${RELU2_CACHE_DIR:-/tmp/relu2-cache}
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# The copied checkout belongs to another user than root here; git would refuse to read it.
+git config --global --add safe.directory '*'
 
 step() { printf '\n== %s  (%s)\n' "$*" "$(date +%T)"; }
 run() { local name=$1; shift; step "$name"; local t0=$SECONDS
@@ -34,6 +38,21 @@ install_asv() {
   [ -x /tmp/asvenv/bin/asv ] && return 0
   python3 -m venv /tmp/asvenv &&
   /tmp/asvenv/bin/python -m pip install -q --no-index --find-links "$ROOT/.whl" asv asv-tachyon virtualenv
+}
+
+sass() {
+  # The kernels' loads and stores must be 16 bytes wide on the vector path.
+  nvcc -arch=sm_90 -std=c++17 -O3 -c csrc/relu2_kernel.cu -o /tmp/relu2_kernel.o &&
+  cuobjdump --dump-sass /tmp/relu2_kernel.o |
+    awk '/Function :/ {f=$3} /LDG|STG/ {split($0, a, /[ ;]+/); for (i in a) if (a[i] ~ /^(LDG|STG)/) print f, a[i]}' |
+    sed 's/_ZN[^ ]*relu2_kernelI//' | sort | uniq -c
+}
+
+tests() {
+  run build python3 -m relu2 build
+  run sass sass
+  run pytest-cuda python3 -m pytest -m cuda -v -rs -p no:cacheprovider tests/
+  run check python3 -m relu2 check
 }
 
 smoke() {
@@ -66,22 +85,28 @@ json.dump(data, open(path, "w"), indent=2)
 print(json.dumps(data[sys.argv[1]], indent=1))
 PY
   )
-  for rev in "$@"; do
-    case $rev in *..*) spec=$rev ;; *) spec="$rev^!" ;; esac
-    run "asv-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" sh -c \
-      "cd $repo && /tmp/asvenv/bin/asv run --machine '$MACHINE' --show-stderr --record-samples '$spec'"
-  done
-  (cd $repo && /tmp/asvenv/bin/asv publish >/dev/null 2>&1 && echo "asv publish: ok" | tee -a "$LOG/summary.txt")
+  local rev=$1 spec
+  case $rev in *..*) spec=$rev ;; *) spec="$rev^!" ;; esac
+  # asv exits 2 when any cell failed; the cells say which.  RELU2_ASV_TIMEOUT keeps the call
+  # inside the device tool's limit, so what was recorded still comes back.
+  run "asv-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" timeout "${RELU2_ASV_TIMEOUT:-540}" sh -c \
+    "cd $repo && /tmp/asvenv/bin/asv run --machine '$MACHINE' --show-stderr --record-samples '$spec'"
   tar -C $repo -czf "$OUT/results.tgz" results
-  python3 -m relu2 export $repo/results --out "$OUT/export.csv"
 }
 
-case ${1:-smoke} in
-  smoke) smoke ;;
-  asv) shift; asv_run "$@" ;;
-  sweep) shift; run sweep python3 -m relu2 sweep --no-progress "$@" --out "$OUT/sweep" ;;
-  *) echo "usage: $0 smoke | asv REV... | sweep ARGS..." >&2; exit 2 ;;
-esac
+for step in "${@:-smoke}"; do
+  case $step in
+    smoke) smoke ;;
+    tests) tests ;;
+    asv=*) asv_run "${step#asv=}" ;;
+    sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
+    *) echo "usage: $0 [smoke | tests | asv=REV | sweep=ARG+ARG...]..." >&2; exit 2 ;;
+  esac
+done
+if [ -d /tmp/relu2-repo/results ]; then
+  (cd /tmp/relu2-repo && /tmp/asvenv/bin/asv publish >/dev/null 2>&1 && echo "asv publish: ok" | tee -a "$LOG/summary.txt")
+  python3 -m relu2 export /tmp/relu2-repo/results --out "$OUT/export.csv"
+fi
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs $(cd "$OUT" && ls -d sweep* 2>/dev/null)
 step summary
 cat "$LOG/summary.txt"
