@@ -89,30 +89,22 @@ class _GuardedCompile:
     def __init__(self, target: Fn, dynamic: bool) -> None:
         self.dynamic = dynamic
         self._compiled = torch.compile(target, dynamic=dynamic, fullgraph=True)
-        self._seen: set[tuple] = set()
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        # What dynamo guards on here.  A signature seen before runs its compiled code directly:
-        # entering the config patch costs about 60 µs a call, which the `launch` figure would
-        # otherwise charge to torch.compile.
-        signature = (tuple(x.shape), x.stride(), x.dtype, x.device, x.requires_grad, torch.is_grad_enabled())
-        if signature in self._seen:
-            return self._compiled(x)
-        out = self._guarded_call(x)
-        self._seen.add(signature)
-        return out
-
-    def _guarded_call(self, x: torch.Tensor) -> torch.Tensor:
         import torch._dynamo  # noqa: F401  (config lives there)
 
-        patch = torch._dynamo.config.patch(
-            recompile_limit=STATIC_RECOMPILE_LIMIT,
-            accumulated_recompile_limit=4 * STATIC_RECOMPILE_LIMIT,
-            fail_on_recompile_limit_hit=True,
-        )
+        # Set and restore by hand rather than through config.patch(): the patch costs about 60 µs
+        # a call, which the `launch` figure would charge to torch.compile; these assignments cost a
+        # few.  They must hold on every call, not only a shape's first: dynamo may recompile for an
+        # input it has seen the shape of (the H200 run of 8ceddd0 hit the default limit of 8 that way,
+        # for compile_dynamic in the cold mode).
+        config = torch._dynamo.config
+        saved = (config.recompile_limit, config.accumulated_recompile_limit, config.fail_on_recompile_limit_hit)
+        config.recompile_limit = STATIC_RECOMPILE_LIMIT
+        config.accumulated_recompile_limit = 4 * STATIC_RECOMPILE_LIMIT
+        config.fail_on_recompile_limit_hit = True
         try:
-            with patch:
-                return self._compiled(x)
+            return self._compiled(x)
         except Exception as e:  # dynamo wraps its own error types; name the situation plainly
             if "recompile" in type(e).__name__.lower() or "limit" in str(e).lower():
                 raise CompileFallbackError(
@@ -120,6 +112,8 @@ class _GuardedCompile:
                     f"{x.dtype} {tuple(x.shape)}; refusing to run eager code under the 'compile' name"
                 ) from e
             raise
+        finally:
+            config.recompile_limit, config.accumulated_recompile_limit, config.fail_on_recompile_limit_hit = saved
 
 
 def _compile() -> Implementation:
