@@ -7,6 +7,7 @@
 #     smoke         build, CUDA tests, relu2 info/check, SASS check, a small sweep
 #     tests         build, CUDA tests, relu2 check, SASS check
 #     asv=REV       asv run on REV (a commit, or an asv range A..B), offline, results kept
+#     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (scripts/fetch-wheels.sh
@@ -18,7 +19,6 @@ ROOT=$(pwd)
 OUT=${OUT:-/tmp/relu2-out}
 LOG=$OUT/logs
 mkdir -p "$LOG"
-MACHINE=${RELU2_MACHINE:-h200}
 # The box's torch lives in /opt/torch/.venv; a bare python3 on PATH may be the system one.
 TORCH_BIN=${RELU2_TORCH_BIN:-/opt/torch/.venv/bin}
 export PATH="$TORCH_BIN:$PATH"
@@ -36,7 +36,8 @@ install_asv() {
   # asv lives in a venv of its own; benchmark environments see torch through a .pth file
   # (asv.conf.json's first build_command) and get everything else from .whl, never the network.
   [ -x /tmp/asvenv/bin/asv ] && return 0
-  python3 -m venv /tmp/asvenv &&
+  # --system-site-packages: the same venv then runs `relu2 export` and `relu2 gate` (torch + asv).
+  python3 -m venv --system-site-packages /tmp/asvenv &&
   /tmp/asvenv/bin/python -m pip install -q --no-index --find-links "$ROOT/.whl" asv asv-tachyon virtualenv
 }
 
@@ -66,16 +67,16 @@ smoke() {
       --out "$OUT/sweep-smoke"
 }
 
-asv_run() {
+asv_run() {  # asv_run REV [MACHINE [CONFIG]]
+  local rev=$1 machine=${2:-h200} config=${3:-asv.conf.json} repo=/tmp/relu2-repo spec
   install_asv || { echo "asv install failed"; return 1; }
-  local repo=/tmp/relu2-repo
   [ -d $repo ] || git clone -q "$ROOT/.whl/repo.bundle" $repo
   cp "$ROOT/asv.conf.json" $repo/asv.conf.json
   mkdir -p $repo/results && cp -r "$ROOT/results/." $repo/results/ 2>/dev/null
   export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl" PIP_CONFIG_FILE=/dev/null
   export RELU2_TORCH_SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  (cd $repo && /tmp/asvenv/bin/asv machine --yes --machine "$MACHINE" >/dev/null &&
-   python3 - "$MACHINE" <<'PY'
+  (cd $repo && /tmp/asvenv/bin/asv machine --yes --machine "$machine" >/dev/null &&
+   python3 - "$machine" <<'PY'
 import json, os, sys
 from relu2.machine import machine_info
 path = os.path.expanduser("~/.asv-machine.json")
@@ -85,13 +86,28 @@ json.dump(data, open(path, "w"), indent=2)
 print(json.dumps(data[sys.argv[1]], indent=1))
 PY
   )
-  local rev=$1 spec
   case $rev in *..*) spec=$rev ;; *) spec="$rev^!" ;; esac
   # asv exits 2 when any cell failed; the cells say which.  RELU2_ASV_TIMEOUT keeps the call
   # inside the device tool's limit, so what was recorded still comes back.
-  run "asv-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" timeout "${RELU2_ASV_TIMEOUT:-540}" sh -c \
-    "cd $repo && /tmp/asvenv/bin/asv run --machine '$MACHINE' --show-stderr --record-samples '$spec'"
+  run "asv-$machine-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" timeout "${RELU2_ASV_TIMEOUT:-540}" sh -c \
+    "cd $repo && /tmp/asvenv/bin/asv run --config $config --machine '$machine' --show-stderr --record-samples '$spec'"
   tar -C $repo -czf "$OUT/results.tgz" results
+}
+
+demo() {  # demo BASE,HEAD
+  # Issue 6's proof on real data: BASE and a deliberately slower HEAD, fused and copy only, under a
+  # machine name and a results folder of their own (its benchmarks.json has fewer parameters than
+  # the main one's), then the gate on (BASE, HEAD) and on (BASE, BASE).
+  local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo
+  sed 's/"results_dir": "results"/"results_dir": "results-demo"/; s/"html_dir": "html"/"html_dir": "html-demo"/' \
+    "$ROOT/asv.conf.json" > /tmp/asv.conf.demo.json
+  export RELU2_BENCH_IMPLS=fused,copy
+  asv_run "$base" h200-demo /tmp/asv.conf.demo.json
+  asv_run "$head" h200-demo /tmp/asv.conf.demo.json
+  unset RELU2_BENCH_IMPLS
+  tar -C $repo -czf "$OUT/results-demo.tgz" results-demo
+  run gate-slower sh -c "cd $repo && /tmp/asvenv/bin/python -m relu2 gate $base $head --results results-demo --machine h200-demo; echo gate exit \$?"
+  run gate-equal sh -c "cd $repo && /tmp/asvenv/bin/python -m relu2 gate $base $base --results results-demo --machine h200-demo; echo gate exit \$?"
 }
 
 for step in "${@:-smoke}"; do
@@ -99,13 +115,14 @@ for step in "${@:-smoke}"; do
     smoke) smoke ;;
     tests) tests ;;
     asv=*) asv_run "${step#asv=}" ;;
+    demo=*) demo "${step#demo=}" ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
     *) echo "usage: $0 [smoke | tests | asv=REV | sweep=ARG+ARG...]..." >&2; exit 2 ;;
   esac
 done
 if [ -d /tmp/relu2-repo/results ]; then
   (cd /tmp/relu2-repo && /tmp/asvenv/bin/asv publish >/dev/null 2>&1 && echo "asv publish: ok" | tee -a "$LOG/summary.txt")
-  python3 -m relu2 export /tmp/relu2-repo/results --out "$OUT/export.csv"
+  /tmp/asvenv/bin/python -m relu2 export /tmp/relu2-repo/results --out "$OUT/export.csv"
 fi
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs $(cd "$OUT" && ls -d sweep* 2>/dev/null)
 step summary
