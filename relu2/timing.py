@@ -314,6 +314,11 @@ def _cuda_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
         # Each call of a sample reads its own input copy and writes its own output (all kept
         # alive by the graph), so after the flush no call finds its data in L2.
         inputs = [x] + [x.clone() for _ in range(calls - 1)]
+        # One call on every copy before capture: a torch.compile'd fn may recompile for a new input
+        # (seen on the H200 for compile_dynamic), and a recompile inside capture aborts it and leaves
+        # the CUDA RNG in capture mode, failing every later cell of the run.
+        for xi in inputs:
+            fn(xi)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             outputs = [fn(xi) for xi in inputs]

@@ -27,6 +27,9 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # The copied checkout belongs to another user than root here; git would refuse to read it.
 git config --global --add safe.directory '*'
 
+# `relu2 export` and `relu2 gate` need torch (the box's python3) and asv (the venv above).
+relu2_with_asv() { PYTHONPATH="$PYTHONPATH:/tmp/asvenv/lib/python3.12/site-packages" python3 -m relu2 "$@"; }
+
 step() { printf '\n== %s  (%s)\n' "$*" "$(date +%T)"; }
 run() { local name=$1; shift; step "$name"; local t0=$SECONDS
   "$@" 2>&1 | tee "$LOG/$name.log"; local rc=${PIPESTATUS[0]}
@@ -36,8 +39,7 @@ install_asv() {
   # asv lives in a venv of its own; benchmark environments see torch through a .pth file
   # (asv.conf.json's first build_command) and get everything else from .whl, never the network.
   [ -x /tmp/asvenv/bin/asv ] && return 0
-  # --system-site-packages: the same venv then runs `relu2 export` and `relu2 gate` (torch + asv).
-  python3 -m venv --system-site-packages /tmp/asvenv &&
+  python3 -m venv /tmp/asvenv &&
   /tmp/asvenv/bin/python -m pip install -q --no-index --find-links "$ROOT/.whl" asv asv-tachyon virtualenv
 }
 
@@ -99,15 +101,16 @@ demo() {  # demo BASE,HEAD
   # machine name and a results folder of their own (its benchmarks.json has fewer parameters than
   # the main one's), then the gate on (BASE, HEAD) and on (BASE, BASE).
   local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo
+  [ -d $repo ] || git clone -q "$ROOT/.whl/repo.bundle" $repo
   sed 's/"results_dir": "results"/"results_dir": "results-demo"/; s/"html_dir": "html"/"html_dir": "html-demo"/' \
-    "$ROOT/asv.conf.json" > /tmp/asv.conf.demo.json
+    "$ROOT/asv.conf.json" > $repo/asv.conf.demo.json  # beside the repo: asv resolves "repo": "." from it
   export RELU2_BENCH_IMPLS=fused,copy
-  asv_run "$base" h200-demo /tmp/asv.conf.demo.json
-  asv_run "$head" h200-demo /tmp/asv.conf.demo.json
+  asv_run "$base" h200-demo asv.conf.demo.json
+  asv_run "$head" h200-demo asv.conf.demo.json
   unset RELU2_BENCH_IMPLS
   tar -C $repo -czf "$OUT/results-demo.tgz" results-demo
-  run gate-slower sh -c "cd $repo && /tmp/asvenv/bin/python -m relu2 gate $base $head --results results-demo --machine h200-demo; echo gate exit \$?"
-  run gate-equal sh -c "cd $repo && /tmp/asvenv/bin/python -m relu2 gate $base $base --results results-demo --machine h200-demo; echo gate exit \$?"
+  run gate-slower bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $head --results results-demo --machine h200-demo; echo gate exit \$?"
+  run gate-equal bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $base --results results-demo --machine h200-demo; echo gate exit \$?"
 }
 
 for step in "${@:-smoke}"; do
@@ -122,7 +125,7 @@ for step in "${@:-smoke}"; do
 done
 if [ -d /tmp/relu2-repo/results ]; then
   (cd /tmp/relu2-repo && /tmp/asvenv/bin/asv publish >/dev/null 2>&1 && echo "asv publish: ok" | tee -a "$LOG/summary.txt")
-  /tmp/asvenv/bin/python -m relu2 export /tmp/relu2-repo/results --out "$OUT/export.csv"
+  relu2_with_asv export /tmp/relu2-repo/results --out "$OUT/export.csv"
 fi
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs $(cd "$OUT" && ls -d sweep* 2>/dev/null)
 step summary
