@@ -1,4 +1,4 @@
-// relu²(x) = relu(x)² on CUDA: a flat, memory-bound, grid-stride kernel.
+// relu²(x) = relu(x)² on CUDA: a flat, memory-bound kernel, one 16-byte vector per thread.
 //
 // CUDA headers only (see relu2_kernel.h for the contract and the assumptions).  Build without
 // --use_fast_math / -ftz=true: subnormal inputs and outputs must behave as in torch.
@@ -11,13 +11,12 @@
 
 namespace {
 
-constexpr int kThreads = 256;     // per block
-constexpr int kMaxUnroll = 4;     // 16-B vectors in flight per thread on large tensors
+// One 16-byte vector per thread, 128 threads per block: the shape of the two kernels that reach the
+// copy ceiling on the H200 (torch's elementwise copy and inductor's relu², both 1 vector a thread in
+// 128-thread blocks, 253 µs for 2^28 bf16).  v2 moved 4 vectors a thread in 256-thread blocks on large
+// tensors and stayed 3.5% slower there (262 µs); see docs/kernel-notes.md.
+constexpr int kThreads = 128;
 constexpr int kVectorBytes = 16;  // the widest global load/store (LDG.E.128 / STG.E.128)
-// Below this many resident threads' worth of work per SM (2048 threads x kMaxUnroll vectors), a
-// thread moves one vector: more, smaller blocks spread a small tensor over every SM, and the
-// per-thread chain stays one load long, which is what decides latency there.
-constexpr int kThreadsPerSm = 2048;
 
 // Conversion to and from the compute type: fp32 for fp32/fp16/bf16 (what torch's opmath uses),
 // fp64 for fp64.  The *_rn intrinsics round to nearest even, once, like torch's conversions.
@@ -72,38 +71,26 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-// One pass, no grid-stride loop: block b owns packs [b * kThreads * U, (b + 1) * kThreads * U), and its
-// threads load all U of theirs (kThreads apart, so each warp's accesses are coalesced) before
-// computing and storing any, keeping U loads in flight per thread.  The block count is a
-// 32-bit grid dimension: up to 2^31 - 1 blocks of kThreads * U packs, far beyond any tensor.
-// The numel % N tail (fewer than N elements) is done by the last block.  With N > 1 both pointers
-// must be 16-byte aligned (the launcher checks); N == 1 needs only element alignment.
-template <typename T, int N, int U>
+// One pass, no grid-stride loop: thread i of the grid moves pack i (N elements, one access), so each
+// warp's accesses are one contiguous, coalesced span.  The block count is a 32-bit grid dimension,
+// up to 2^31 - 1 blocks of kThreads packs: far beyond any tensor.  The numel % N tail (fewer than N
+// elements) is done by the last block.  With N > 1 both pointers must be 16-byte aligned (the
+// launcher checks); N == 1 needs only element alignment.
+template <typename T, int N>
 __global__ void __launch_bounds__(kThreads) relu2_kernel(const T* __restrict__ in, T* __restrict__ out,
                                                          int64_t numel) {
   using P = Pack<T, N>;
   const int64_t packs = numel / N;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * (kThreads * U) + threadIdx.x;
-  const P* src = reinterpret_cast<const P*>(in);
-  P* dst = reinterpret_cast<P*>(out);
-  P buf[U];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;  // 64-bit: no overflow
+  if (i < packs) {
+    P v = reinterpret_cast<const P*>(in)[i];
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int64_t i = first + static_cast<int64_t>(u) * kThreads;
-    if (i < packs) buf[u] = src[i];
-  }
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int64_t i = first + static_cast<int64_t>(u) * kThreads;
-    if (i < packs) {
-#pragma unroll
-      for (int k = 0; k < N; ++k) buf[u].v[k] = relu2(buf[u].v[k]);
-      dst[i] = buf[u];
-    }
+    for (int k = 0; k < N; ++k) v.v[k] = relu2(v.v[k]);
+    reinterpret_cast<P*>(out)[i] = v;
   }
   if (N > 1 && blockIdx.x == gridDim.x - 1) {
-    const int64_t i = packs * N + threadIdx.x;
-    if (i < numel) out[i] = relu2(in[i]);
+    const int64_t t = packs * N + threadIdx.x;
+    if (t < numel) out[t] = relu2(in[t]);
   }
 }
 
@@ -111,60 +98,42 @@ bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintpt
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-template <typename T, int N, int U>
-cudaError_t launch_blocks(const T* in, T* out, int64_t numel, cudaStream_t stream) {
+template <typename T, int N>
+cudaError_t launch_packs(const T* in, T* out, int64_t numel, cudaStream_t stream) {
   // At least one block, for a tensor smaller than one pack (all tail).
-  const int64_t blocks = ceil_div(numel / N, static_cast<int64_t>(kThreads) * U);
-  relu2_kernel<T, N, U><<<static_cast<unsigned>(blocks > 0 ? blocks : 1), kThreads, 0, stream>>>(in, out, numel);
+  const int64_t blocks = ceil_div(numel / N, kThreads);
+  relu2_kernel<T, N><<<static_cast<unsigned>(blocks > 0 ? blocks : 1), kThreads, 0, stream>>>(in, out, numel);
   return cudaGetLastError();
 }
 
-// U = kMaxUnroll once the tensor can keep every SM full with that many vectors per thread; 1 below.
-template <typename T, int N>
-cudaError_t launch_packs(const T* in, T* out, int64_t numel, int num_sms, cudaStream_t stream) {
-  const int64_t fill = static_cast<int64_t>(num_sms) * kThreadsPerSm * kMaxUnroll;
-  if (numel / N >= fill) return launch_blocks<T, N, kMaxUnroll>(in, out, numel, stream);
-  return launch_blocks<T, N, 1>(in, out, numel, stream);
-}
-
 template <typename T>
-cudaError_t launch_typed(const void* in, void* out, int64_t numel, int num_sms, cudaStream_t stream) {
+cudaError_t launch_typed(const void* in, void* out, int64_t numel, cudaStream_t stream) {
   if (!aligned_to(in, sizeof(T)) || !aligned_to(out, sizeof(T))) return cudaErrorMisalignedAddress;
   const T* src = static_cast<const T*>(in);
   T* dst = static_cast<T*>(out);
   constexpr int kVectorElems = kVectorBytes / static_cast<int>(sizeof(T));
   if (aligned_to(in, kVectorBytes) && aligned_to(out, kVectorBytes)) {
-    return launch_packs<T, kVectorElems>(src, dst, numel, num_sms, stream);
+    return launch_packs<T, kVectorElems>(src, dst, numel, stream);
   }
   // A view offset by a few elements (x[1:]) lands here: correct at any element alignment.
-  return launch_packs<T, 1>(src, dst, numel, num_sms, stream);
-}
-
-int current_device_sm_count() {
-  int device = 0;
-  int sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 1;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) return 1;
-  return sms > 0 ? sms : 1;
+  return launch_packs<T, 1>(src, dst, numel, stream);
 }
 
 }  // namespace
 
-cudaError_t relu2_cuda_launch(const void* in, void* out, int64_t numel, Relu2DType dtype, int num_sms,
-                              cudaStream_t stream) {
+cudaError_t relu2_cuda_launch(const void* in, void* out, int64_t numel, Relu2DType dtype, cudaStream_t stream) {
   if (numel < 0) return cudaErrorInvalidValue;
   if (numel == 0) return cudaSuccess;  // nothing to do; a zero-block launch would be an error
   if (in == nullptr || out == nullptr) return cudaErrorInvalidValue;
-  if (num_sms <= 0) num_sms = current_device_sm_count();
   switch (dtype) {
     case Relu2DType::kFloat32:
-      return launch_typed<float>(in, out, numel, num_sms, stream);
+      return launch_typed<float>(in, out, numel, stream);
     case Relu2DType::kFloat16:
-      return launch_typed<__half>(in, out, numel, num_sms, stream);
+      return launch_typed<__half>(in, out, numel, stream);
     case Relu2DType::kBFloat16:
-      return launch_typed<__nv_bfloat16>(in, out, numel, num_sms, stream);
+      return launch_typed<__nv_bfloat16>(in, out, numel, stream);
     case Relu2DType::kFloat64:
-      return launch_typed<double>(in, out, numel, num_sms, stream);
+      return launch_typed<double>(in, out, numel, stream);
   }
   return cudaErrorInvalidValue;
 }

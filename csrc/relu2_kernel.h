@@ -34,10 +34,8 @@ enum class Relu2DType : int {
 //    16-byte vectors, otherwise it takes a scalar path that is correct at any element offset;
 //  * any numel, odd tails included; numel == 0 launches nothing;
 //  * indices are 64-bit throughout, so tensors past 2^31 (and 2^32) elements work.
-// `num_sms` sizes the grid (the device's multiprocessor count); <= 0 asks the current device.
 //
 // Returns cudaSuccess, cudaErrorInvalidValue for a negative numel, a null pointer or an unknown
 // dtype, cudaErrorMisalignedAddress for a pointer not aligned to the element size, or
 // cudaGetLastError() after the launch.
-cudaError_t relu2_cuda_launch(const void* in, void* out, int64_t numel, Relu2DType dtype, int num_sms,
-                              cudaStream_t stream);
+cudaError_t relu2_cuda_launch(const void* in, void* out, int64_t numel, Relu2DType dtype, cudaStream_t stream);

@@ -67,9 +67,8 @@ Relu2DType kernel_dtype(at::ScalarType t) {
 void relu_squared_cuda(const at::Tensor& in, at::Tensor& out) {
   const c10::cuda::CUDAGuard guard(in.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const int num_sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const cudaError_t err = relu2_cuda_launch(in.const_data_ptr(), out.mutable_data_ptr(), in.numel(),
-                                            kernel_dtype(in.scalar_type()), num_sms, stream);
+                                            kernel_dtype(in.scalar_type()), stream);
   TORCH_CHECK(err == cudaSuccess, kFunctional, ": CUDA kernel launch failed on ", in.device(), " for ",
               in.numel(), " ", in.scalar_type(), " elements: ", cudaGetErrorName(err), ": ",
               cudaGetErrorString(err));
