@@ -348,10 +348,28 @@ def commit_dates(results_dir: str | os.PathLike, machine: str | None = None) -> 
     return out
 
 
+def git_order(hashes: Iterable[str], repo: str | os.PathLike = ".") -> dict[str, int]:
+    """Each hash's position in ``git rev-list --topo-order`` (parents first), or {} without git.
+
+    Commit dates have one-second resolution, so two commits made in the same second tie; the
+    repository's graph, when it is at hand, says which came first.
+    """
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-list", "--topo-order", "--reverse", "--all"],
+                             capture_output=True, text=True, timeout=30, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    rank = {h: i for i, h in enumerate(out)}
+    return {h: rank[h] for h in hashes if h in rank}
+
+
 def commits(results_dir: str | os.PathLike, machine: str | None = None) -> list[str]:
-    """Full hashes of the commits with results (on ``machine``, or any), oldest first."""
+    """Full hashes of the commits with results (on ``machine``, or any), oldest first (ties: git order)."""
     dates = commit_dates(results_dir, machine)
-    return sorted(dates, key=lambda h: (dates[h], h))
+    order = git_order(dates)
+    return sorted(dates, key=lambda h: (dates[h], order.get(h, -1), h))
 
 
 def resolve_commit(results_dir: str | os.PathLike, prefix: str, machine: str | None = None) -> str:

@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
+from relu2.asv_results import git_order  # noqa: E402
 from relu2.results import Row  # noqa: E402
 
 IMPL_ORDER = ("eager", "compile", "compile_dynamic", "fused", "triton", "copy")
@@ -367,7 +368,7 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
 
 def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: str,
                  out_dir: str | os.PathLike, stem: str | None = None) -> list[Path]:
-    """One cell across commits: median (µs) with IQR error bars, commits in date order.
+    """One cell across commits: median (µs) with IQR error bars, commits in date (then git) order.
 
     Grid rows are preferred when a model-shape row has the same numel.  Failed or skipped commits
     are marked on the axis.  One machine: the one with the most rows for this cell.
@@ -377,7 +378,9 @@ def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: s
     if not cell:
         return []
     machine = max(groups(cell, "machine").items(), key=lambda kv: len(kv[1]))[0][0]
-    cell = sorted((r for r in cell if r.machine == machine), key=lambda r: (r.date, r.commit))
+    cell = [r for r in cell if r.machine == machine]
+    order = git_order({r.commit for r in cell})  # same-second commits: the graph decides
+    cell.sort(key=lambda r: (r.date, order.get(r.commit, -1), r.commit))
     by_commit: dict[str, Row] = {}
     for r in cell:  # one figure per commit; an ok figure beats a failed one
         if r.commit not in by_commit or (by_commit[r.commit].status != "ok" and r.status == "ok"):
