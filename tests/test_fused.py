@@ -388,3 +388,24 @@ def test_gpu_inside_cuda_graph_capture(name):
 def test_opcheck_cuda():
     assert fused.has_cuda(), fused.build().why_no_cuda
     _opcheck_both_overloads("cuda")
+
+
+def _cuda_kernels_per_call(fn, x: torch.Tensor) -> int:
+    """How many CUDA kernels one call of ``fn`` launches, counted by the profiler (after a warm-up)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(x)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(x)
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+@pytest.mark.cuda
+@requires_cuda
+def test_gpu_fused_is_one_launch_and_eager_two():
+    """The point of fusing: one kernel where eager launches relu then square."""
+    x = random_input(1 << 20, torch.bfloat16, "cuda")
+    assert _cuda_kernels_per_call(relu2.get("fused").fn, x) == 1
+    assert _cuda_kernels_per_call(relu2.relu_squared_reference, x) == 2
