@@ -6,6 +6,9 @@ disagrees is recorded "failed" and never timed; one that cannot run here, or run
 is recorded "skipped"; any other error fails that cell only and the sweep goes on.  The ``copy``
 reference is timed for every (dtype, shape) first, so every figure gets the fraction of the copy
 roofline measured in the same run and mode.
+
+``run_resumable`` measures one input (dtype, shape) at a time and checkpoints the rows after each,
+so an interrupted sweep loses at most the input it was on and a re-run picks up from there.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import gc
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Iterable, Sequence
 
 import torch
@@ -22,7 +26,7 @@ from tqdm import tqdm
 from relu2.agreement import AgreementError, check_agreement
 from relu2.implementations import Implementation, get
 from relu2.inputs import random_input
-from relu2.results import MODES, Row
+from relu2.results import MODES, Row, read_csv, write_csv
 from relu2.timing import Budget, Timing, bytes_moved, dtype_name, dtype_of, peak_memory_bytes, time_fn
 
 DEFAULT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
@@ -32,6 +36,8 @@ MODEL_TOKENS: tuple[int, ...] = (1, 16, 128, 1024, 4096, 16384)
 MODEL_HIDDEN: tuple[int, ...] = (3072, 12288)  # Nemotron-H-class MLP widths
 MODEL_DTYPE = "bfloat16"
 REFERENCE = "copy"
+
+GroupKey = tuple[str, tuple[int, ...]]  # (dtype, shape): one input, measured in one go with its copy
 
 
 @dataclass(frozen=True)
@@ -205,18 +211,13 @@ def run_sweep(
     Cells are measured input by input; for each input the ``copy`` reference goes first.  Never
     raises for a cell: failures and skips are recorded with their reason.
     """
-    modes = tuple(modes)
-    unknown = set(modes) - set(MODES)
-    if unknown:
-        raise ValueError(f"unknown timing modes {sorted(unknown)}; known: {', '.join(MODES)}")
+    modes = _check_modes(modes)
     device = device or default_device()
     cells = list(dict.fromkeys(cells))  # distinct, in order
-    groups: dict[tuple[str, tuple[int, ...]], list[Cell]] = {}
-    for cell in cells:
-        groups.setdefault((cell.dtype, cell.shape), []).append(cell)
+    groups = group_cells(cells)
 
     measured: dict[Cell, CellResult] = {}
-    references: dict[tuple[str, tuple[int, ...]], CellResult] = {}
+    references: dict[GroupKey, CellResult] = {}
     with tqdm(total=len(cells) + sum(1 for g in groups.values() if all(c.impl != REFERENCE for c in g)),
               desc="relu2 sweep", unit="cell", file=sys.stderr, disable=not progress) as bar:
         for key, group in groups.items():
@@ -230,6 +231,124 @@ def run_sweep(
             references[key] = measured[ordered[0]]
             _free_memory(device)
     return Sweep(device=device, modes=modes, results=[measured[c] for c in cells], references=references)
+
+
+def group_cells(cells: Iterable[Cell]) -> dict[GroupKey, list[Cell]]:
+    """Cells by input (dtype, shape), groups in order of first appearance, cells in order within each."""
+    groups: dict[GroupKey, list[Cell]] = {}
+    for cell in cells:
+        groups.setdefault((cell.dtype, cell.shape), []).append(cell)
+    return groups
+
+
+def _check_modes(modes: Sequence[str]) -> tuple[str, ...]:
+    modes = tuple(modes)
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        raise ValueError(f"unknown timing modes {sorted(unknown)}; known: {', '.join(MODES)}")
+    return modes
+
+
+# --- resumable sweeps ----------------------------------------------------------------------------
+
+RowKey = tuple[str, str, int, str, str]  # impl, dtype, numel, shape, mode: one figure
+
+
+def run_resumable(
+    cells: Sequence[Cell],
+    modes: Sequence[str],
+    device: str | None,
+    machine: str,
+    commit: str,
+    checkpoint: str | Path,
+    progress: bool = False,
+    *,
+    budget: Budget | None = None,
+    date: str | None = None,
+) -> list[Row]:
+    """``run_cells``, one input at a time, checkpointing the rows so far to ``checkpoint`` after each.
+
+    Each (dtype, shape) group is measured by ``run_sweep`` on its own (``copy`` first, so its
+    roofline fractions come from one run) and ``checkpoint`` is then rewritten atomically with
+    every row so far.  When ``checkpoint`` already holds rows of this machine, commit and modes,
+    the groups whose figures it holds in full are taken from it instead of being measured again;
+    a checkpoint from another machine, commit or set of modes, or one that cannot be read, is
+    ignored with a warning and overwritten.  Rows come back in the order of ``cells``, one per
+    cell and mode, as from ``run_cells``.  The caller removes ``checkpoint`` once it has the rows.
+    """
+    modes = _check_modes(modes)
+    device = device or default_device()
+    date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    checkpoint = Path(checkpoint)
+    cells = list(dict.fromkeys(cells))  # distinct, in order
+    groups = group_cells(cells)
+
+    done = _resume_from(checkpoint, groups, modes, machine, commit)
+    if done:
+        print(f"resuming: {len(done)} of {len(groups)} groups already measured in {checkpoint}", file=sys.stderr)
+    rows: dict[GroupKey, list[Row]] = dict(done)
+    with tqdm(total=len(cells), desc="relu2 sweep", unit="cell", file=sys.stderr, disable=not progress) as bar:
+        bar.update(sum(len(groups[key]) for key in done))
+        for key, group in groups.items():
+            if key in done:
+                continue
+            bar.set_postfix_str(f"{key[0]} {'x'.join(map(str, key[1]))}", refresh=False)
+            sweep = run_sweep(group, modes, device, progress=False, budget=budget)
+            rows[key] = sweep.rows(machine, commit, date)
+            write_csv(_in_cell_order(cells, rows), checkpoint)  # atomic: a kill here keeps the last one
+            bar.update(len(group))
+    return _in_cell_order(cells, rows)
+
+
+def _resume_from(
+    checkpoint: Path, groups: dict[GroupKey, list[Cell]], modes: tuple[str, ...], machine: str, commit: str,
+) -> dict[GroupKey, list[Row]]:
+    """The rows of each group that ``checkpoint`` holds in full, in cell order; {} when none can be reused."""
+    if not checkpoint.exists():
+        return {}
+    try:
+        saved = read_csv(checkpoint)
+    except (OSError, ValueError) as e:
+        # The checkpoint is only a cache of figures this command can measure again, so an
+        # unreadable one costs time, never data: warn and start over rather than make the user
+        # delete it by hand before the sweep can run at all.
+        print(f"warning: ignoring unreadable checkpoint {checkpoint} and starting over: {e}", file=sys.stderr)
+        return {}
+    origin = {(r.machine, r.commit) for r in saved}
+    if origin and origin != {(machine, commit)}:
+        found = ", ".join(f"machine {m!r} commit {c[:12]!r}" for m, c in sorted(origin))
+        print(f"warning: ignoring checkpoint {checkpoint} from {found} (this run: machine {machine!r} "
+              f"commit {commit[:12]!r}); starting over", file=sys.stderr)
+        return {}
+    saved_modes = {r.mode for r in saved}
+    if saved_modes and saved_modes != set(modes):
+        print(f"warning: ignoring checkpoint {checkpoint} timed in modes {','.join(sorted(saved_modes))} "
+              f"(this run: {','.join(modes)}); starting over", file=sys.stderr)
+        return {}
+
+    by_key: dict[RowKey, Row] = {_row_key(r): r for r in saved}
+    done: dict[GroupKey, list[Row]] = {}
+    for key, group in groups.items():
+        wanted = [_cell_key(cell, mode) for cell in group for mode in modes]
+        if all(k in by_key for k in wanted):
+            done[key] = [by_key[k] for k in wanted]
+    return done
+
+
+def _in_cell_order(cells: Sequence[Cell], rows: dict[GroupKey, list[Row]]) -> list[Row]:
+    """The rows of the measured groups, ordered as ``cells`` (then by mode, as ``Sweep.rows``)."""
+    ordered = []
+    for cell in cells:
+        ordered += [r for r in rows.get((cell.dtype, cell.shape), ()) if r.impl == cell.impl]
+    return ordered
+
+
+def _row_key(row: Row) -> RowKey:
+    return (row.impl, row.dtype, row.numel, row.shape, row.mode)
+
+
+def _cell_key(cell: Cell, mode: str) -> RowKey:
+    return (cell.impl, cell.dtype, cell.numel, cell.shape_str, mode)
 
 
 def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget | None = None) -> CellResult:
