@@ -165,11 +165,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"relu2 sweep: {len(cells)} cells x {len(args.modes)} modes on {device}; writing {out}/", file=sys.stderr)
-    rows = sweep.run_cells(cells, args.modes, device=device, machine=args.machine or _hostname(device),
-                           commit=_git_commit(), progress=not args.no_progress)
+    # Rows are checkpointed here input by input, so Ctrl-C (or a kill) loses at most the input
+    # being measured, and the same command run again measures only what is missing.
+    partial = out / "sweep.partial.csv"
+    try:
+        rows = sweep.run_resumable(cells, args.modes, device, args.machine or _hostname(device), _git_commit(),
+                                   partial, progress=not args.no_progress)
+    except KeyboardInterrupt:
+        kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
+        print(f"\nrelu2 sweep: interrupted; {kept}. Run the same command again (same --out, commit and "
+              "machine) to resume from there.", file=sys.stderr)
+        return 130
     write_csv(rows, out / "sweep.csv")
     print(format_table(rows))
     written = plot.plot_all(rows, out)
+    # Removed only now: were the table or the plots interrupted, a re-run still resumes at once.
+    partial.unlink(missing_ok=True)
     print(f"\nwrote {out / 'sweep.csv'} and {len(written)} plot files in {out}/")
     failed = [r for r in rows if r.status == "failed"]
     if failed:
@@ -223,6 +234,15 @@ def cmd_gate(args: argparse.Namespace) -> int:
     report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor)
     print(report.format())
     return report.exit_code
+
+
+def cmd_asv(args: argparse.Namespace) -> int:
+    from relu2 import asv_run
+
+    argv = list(args.asv_args)
+    if argv[:1] == ["--"]:  # `relu2 asv -- --version`: options asv takes before its command
+        argv = argv[1:]
+    return asv_run.main(argv)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -309,6 +329,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="machine name (default: the only one)")
     p.add_argument("--factor", type=float, default=1.05, help="slow-down ratio that counts (default: 1.05)")
     p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("asv", help="run asv with atomic result writes; e.g. relu2 asv run --skip-existing-commits A..B",
+                       description="Run asv (same commands and options) with its JSON files written atomically: "
+                       "to a temporary file in the same folder, then renamed over the old one, so a run killed "
+                       "mid-write leaves the previous file or none, never half a file. asv saves a commit's results "
+                       "once all its benchmarks have run; to resume an interrupted `relu2 asv run A..B`, run "
+                       "`relu2 asv run --skip-existing-commits A..B`: the commits already saved are skipped and the "
+                       "one that was interrupted is measured again. Options asv takes before its command (-v, "
+                       "--config) go after it (relu2 asv run -v ...), or after -- (relu2 asv -- --version).")
+    p.add_argument("asv_args", nargs=argparse.REMAINDER, metavar="ASV_ARGS", help="asv's command and options")
+    p.set_defaults(func=cmd_asv)
 
     p = sub.add_parser("build", help="build the fused extension ahead of time",
                        description="JIT-build the fused kernel (CUDA when a GPU is present, the C++ CPU twin "
