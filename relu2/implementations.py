@@ -79,8 +79,25 @@ def _compile_target_dynamic(x: torch.Tensor) -> torch.Tensor:
 
 # Static compilation specialises on every shape; a sweep sees dozens.  The limit is raised so a
 # grid fits, and hitting it is made a hard error: by default dynamo would silently run eager code
-# and every later "compile" figure would be an eager figure.
+# and every later "compile" figure would be an eager figure.  Dynamo keeps its cache per code
+# object, and `compile` and `compile_dynamic` compile two distinct functions, so they never share
+# one limit.
 STATIC_RECOMPILE_LIMIT = 256
+
+
+def _make_recompile_limit_fatal() -> None:
+    """Raise dynamo's recompile limit for this process and make hitting it an error, not eager code.
+
+    Process-wide, on purpose: set per call (even by plain assignment and restore) it cost about
+    50 µs a call on the H200 box, which the `launch` figure charged to torch.compile (compile at
+    (1, 3072) bf16: 99.7 µs per call with it at 678cff4, 48.7 µs without at 8ceddd0).
+    """
+    import torch._dynamo  # noqa: F401  (config lives there)
+
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, STATIC_RECOMPILE_LIMIT)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * STATIC_RECOMPILE_LIMIT)
+    config.fail_on_recompile_limit_hit = True
 
 
 class _GuardedCompile:
@@ -91,18 +108,6 @@ class _GuardedCompile:
         self._compiled = torch.compile(target, dynamic=dynamic, fullgraph=True)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        import torch._dynamo  # noqa: F401  (config lives there)
-
-        # Set and restore by hand rather than through config.patch(): the patch costs about 60 µs
-        # a call, which the `launch` figure would charge to torch.compile; these assignments cost a
-        # few.  They must hold on every call, not only a shape's first: dynamo may recompile for an
-        # input it has seen the shape of (the H200 run of 8ceddd0 hit the default limit of 8 that way,
-        # for compile_dynamic in the cold mode).
-        config = torch._dynamo.config
-        saved = (config.recompile_limit, config.accumulated_recompile_limit, config.fail_on_recompile_limit_hit)
-        config.recompile_limit = STATIC_RECOMPILE_LIMIT
-        config.accumulated_recompile_limit = 4 * STATIC_RECOMPILE_LIMIT
-        config.fail_on_recompile_limit_hit = True
         try:
             return self._compiled(x)
         except Exception as e:  # dynamo wraps its own error types; name the situation plainly
@@ -112,11 +117,10 @@ class _GuardedCompile:
                     f"{x.dtype} {tuple(x.shape)}; refusing to run eager code under the 'compile' name"
                 ) from e
             raise
-        finally:
-            config.recompile_limit, config.accumulated_recompile_limit, config.fail_on_recompile_limit_hit = saved
 
 
 def _compile() -> Implementation:
+    _make_recompile_limit_fatal()
     return Implementation(
         "compile",
         _GuardedCompile(_compile_target_static, dynamic=False),
@@ -125,6 +129,7 @@ def _compile() -> Implementation:
 
 
 def _compile_dynamic() -> Implementation:
+    _make_recompile_limit_fatal()
     return Implementation(
         "compile_dynamic",
         _GuardedCompile(_compile_target_dynamic, dynamic=True),

@@ -117,9 +117,14 @@ def test_compiled_paths_agree_on_cpu(name, dtype):
 @pytest.mark.slow
 def test_static_compile_fails_loudly_instead_of_falling_back(monkeypatch):
     """Past dynamo's recompile limit, 'compile' must raise, never quietly run eager code."""
-    monkeypatch.setattr(registry, "STATIC_RECOMPILE_LIMIT", 2)
+    import torch._dynamo
+
+    relu2.implementations()  # resolves compile: the process-wide settings are in force
+    assert torch._dynamo.config.fail_on_recompile_limit_hit
+    assert torch._dynamo.config.recompile_limit >= registry.STATIC_RECOMPILE_LIMIT
     compiled = registry._GuardedCompile(lambda x: torch.square(torch.relu(x)), dynamic=False)
-    compiled(torch.randn(5))
-    compiled(torch.randn(6))
-    with pytest.raises(relu2.CompileFallbackError, match="recompile limit"):
-        compiled(torch.randn(7))
+    with torch._dynamo.config.patch(recompile_limit=2):  # a small limit, restored afterwards
+        compiled(torch.randn(5))
+        compiled(torch.randn(6))
+        with pytest.raises(relu2.CompileFallbackError, match="recompile limit"):
+            compiled(torch.randn(7))
