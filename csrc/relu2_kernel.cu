@@ -1,4 +1,4 @@
-// relu²(x) = relu(x)² on CUDA: a flat, memory-bound kernel, two 16-byte vectors per thread.
+// relu²(x) = relu(x)² on CUDA: a flat, memory-bound kernel, one 16-byte vector per thread.
 //
 // CUDA headers only (see relu2_kernel.h for the contract and the assumptions).  Build without
 // --use_fast_math / -ftz=true: subnormal inputs and outputs must behave as in torch.
@@ -11,13 +11,11 @@
 
 namespace {
 
-// Two 16-byte vectors per thread, 256 threads per block: the shape of the Triton kernel, the best
-// "other" implementation across the grid.  v3 (one vector a thread, 128-thread blocks) matched the
-// copy ceiling from 2^24 elements up but lost 5-7% at 2^22 (L2-resident: twice the blocks to
-// schedule); v2 (four vectors, 256 threads) won at 2^22 but lost 3.5% from 2^24 up.  See
-// docs/kernel-notes.md.
-constexpr int kThreads = 256;
-constexpr int kVectorsPerThread = 2;
+// One 16-byte vector per thread, 128 threads per block: the shape of the two kernels that reach the
+// copy ceiling on the H200 (torch's elementwise copy and inductor's relu², both 1 vector a thread in
+// 128-thread blocks, 253 µs for 2^28 bf16).  v2 moved 4 vectors a thread in 256-thread blocks on large
+// tensors and stayed 3.5% slower there (262 µs); see docs/kernel-notes.md.
+constexpr int kThreads = 128;
 constexpr int kVectorBytes = 16;  // the widest global load/store (LDG.E.128 / STG.E.128)
 
 // Conversion to and from the compute type: fp32 for fp32/fp16/bf16 (what torch's opmath uses),
@@ -73,35 +71,22 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-// One pass, no grid-stride loop: block b owns packs [b * kThreads * V, (b + 1) * kThreads * V), and
-// each thread loads its V packs (kThreads apart, so each warp's accesses are coalesced) before
-// computing and storing any.  The block count is a 32-bit grid dimension, up to 2^31 - 1 blocks:
-// far beyond any tensor; indices are 64-bit.  The numel % N tail (fewer than N elements) is done by
-// the last block.  With N > 1 both pointers must be 16-byte aligned (the launcher checks); N == 1
-// needs only element alignment.
+// One pass, no grid-stride loop: thread i of the grid moves pack i (N elements, one access), so each
+// warp's accesses are one contiguous, coalesced span.  The block count is a 32-bit grid dimension,
+// up to 2^31 - 1 blocks of kThreads packs: far beyond any tensor.  The numel % N tail (fewer than N
+// elements) is done by the last block.  With N > 1 both pointers must be 16-byte aligned (the
+// launcher checks); N == 1 needs only element alignment.
 template <typename T, int N>
 __global__ void __launch_bounds__(kThreads) relu2_kernel(const T* __restrict__ in, T* __restrict__ out,
                                                          int64_t numel) {
   using P = Pack<T, N>;
-  constexpr int V = kVectorsPerThread;
   const int64_t packs = numel / N;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * (kThreads * V) + threadIdx.x;
-  const P* src = reinterpret_cast<const P*>(in);
-  P* dst = reinterpret_cast<P*>(out);
-  P buf[V];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;  // 64-bit: no overflow
+  if (i < packs) {
+    P v = reinterpret_cast<const P*>(in)[i];
 #pragma unroll
-  for (int u = 0; u < V; ++u) {
-    const int64_t i = first + static_cast<int64_t>(u) * kThreads;
-    if (i < packs) buf[u] = src[i];
-  }
-#pragma unroll
-  for (int u = 0; u < V; ++u) {
-    const int64_t i = first + static_cast<int64_t>(u) * kThreads;
-    if (i < packs) {
-#pragma unroll
-      for (int k = 0; k < N; ++k) buf[u].v[k] = relu2(buf[u].v[k]);
-      dst[i] = buf[u];
-    }
+    for (int k = 0; k < N; ++k) v.v[k] = relu2(v.v[k]);
+    reinterpret_cast<P*>(out)[i] = v;
   }
   if (N > 1 && blockIdx.x == gridDim.x - 1) {
     const int64_t t = packs * N + threadIdx.x;
@@ -116,7 +101,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 template <typename T, int N>
 cudaError_t launch_packs(const T* in, T* out, int64_t numel, cudaStream_t stream) {
   // At least one block, for a tensor smaller than one pack (all tail).
-  const int64_t blocks = ceil_div(numel / N, static_cast<int64_t>(kThreads) * kVectorsPerThread);
+  const int64_t blocks = ceil_div(numel / N, kThreads);
   relu2_kernel<T, N><<<static_cast<unsigned>(blocks > 0 ? blocks : 1), kThreads, 0, stream>>>(in, out, numel);
   return cudaGetLastError();
 }
