@@ -286,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="For every implementation x dtype x size: check agreement on fresh inputs, "
                        "then time it (hot: CUDA-graph replay, L2 warm; cold: inputs not cache-resident; launch: "
                        "back-to-back eager calls). Writes DIR/sweep.csv (the columns of `relu2 export`) and plots, "
-                       "prints a table. Runs on the CPU when there is no GPU. Exit 1 if any cell failed agreement.")
+                       "prints a table. Runs on the CPU when there is no GPU. Exit 1 if any cell failed agreement. "
+                       "Interrupted, it keeps what it measured in DIR/sweep.partial.csv; the same command again "
+                       "resumes.")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present, else cpu")
     p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all; copy always)")
     p.add_argument("--dtype", type=_csv_list(DTYPE_NAMES), default=list(DTYPE_NAMES), help="default: all three")

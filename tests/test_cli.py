@@ -1,0 +1,116 @@
+"""The console script as a user runs it: help, check, sweep, plot, export and gate exit codes."""
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import relu2
+from relu2 import cli
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import asv_fixture as fx  # noqa: E402
+
+SUBCOMMANDS = ("info", "check", "sweep", "plot", "export", "gate", "asv", "build")
+
+
+@pytest.fixture
+def wrong_impl():
+    """A registered implementation that is not relu² (it squares negatives too)."""
+    relu2.register("squares_everything", lambda x: x * x)
+    yield "squares_everything"
+    relu2.unregister("squares_everything")
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_every_subcommand_explains_itself(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--help"])
+    assert exit_.value.code == 0
+    assert len(capsys.readouterr().out) > 200
+
+
+@pytest.mark.parametrize("text, numel", [("4096", 4096), ("2^20", 1 << 20), ("64K", 65536), ("16M", 1 << 24)])
+def test_sizes_read_as_a_kernel_engineer_writes_them(text, numel):
+    assert cli.parse_size(text) == numel
+
+
+def test_a_bad_size_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "--sizes", "lots", "--out", "x"])
+    assert "not a size: 'lots'" in capsys.readouterr().err
+
+
+def test_info_lists_every_implementation(capsys):
+    assert cli.main(["info", "--no-bandwidth", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    for name in ("eager", "compile", "compile_dynamic", "fused", "triton", "copy"):
+        assert name in out
+
+
+def test_check_passes_on_correct_implementations(capsys):
+    assert cli.main(["check", "--impl", "eager,fused", "--dtype", "float32,bfloat16", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "fused" in out and "FAIL" not in out
+
+
+def test_check_exits_1_on_a_wrong_implementation(wrong_impl, capsys):
+    assert cli.main(["check", "--impl", f"eager,{wrong_impl}", "--dtype", "float32", "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL {wrong_impl} float32" in out and "ULP" in out
+
+
+def test_check_refuses_an_unknown_implementation(capsys):
+    assert cli.main(["check", "--impl", "nope"]) == 2
+    assert "unknown implementation(s): nope" in capsys.readouterr().err
+
+
+def test_sweep_over_two_sizes_writes_csv_and_plots(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    args = ["sweep", "--device", "cpu", "--impl", "eager,fused", "--dtype", "float32", "--sizes", "2^10,2^12",
+            "--modes", "hot,launch", "--no-progress", "--out", str(out)]
+    assert cli.main(args) == 0
+    rows = list(csv.DictReader(open(out / "sweep.csv")))
+    cells = {(r["impl"], r["numel"], r["mode"]) for r in rows}
+    assert cells == {(i, n, m) for i in ("eager", "fused", "copy") for n in ("1024", "4096") for m in ("hot", "launch")}
+    assert all(r["status"] == "ok" and float(r["median_s"]) > 0 for r in rows)
+    for plot in ("latency", "bandwidth", "speedup"):
+        assert (out / f"{plot}.png").stat().st_size > 0 and (out / f"{plot}.svg").stat().st_size > 0
+    assert "vs eager" in capsys.readouterr().out
+
+
+def test_sweep_records_a_wrong_implementation_as_failed(wrong_impl, tmp_path):
+    out = tmp_path / "sweep"
+    args = ["sweep", "--device", "cpu", "--impl", f"eager,{wrong_impl}", "--dtype", "float32", "--sizes", "2^10",
+            "--modes", "hot", "--no-progress", "--out", str(out)]
+    assert cli.main(args) == 1
+    rows = {r["impl"]: r for r in csv.DictReader(open(out / "sweep.csv"))}
+    assert rows[wrong_impl]["status"] == "failed" and rows[wrong_impl]["median_s"] == "nan"
+    assert "differ" in rows[wrong_impl]["reason"]
+    assert rows["eager"]["status"] == "ok"
+
+
+def test_sweep_refuses_cuda_without_a_gpu(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("there is a GPU here")
+    assert cli.main(["sweep", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    assert "torch.cuda.is_available() is False" in capsys.readouterr().err
+
+
+def test_plot_and_export_from_the_fixture_results(tmp_path):
+    results = fx.copy_results(tmp_path / "results")
+    assert cli.main(["plot", str(results), "--out", str(tmp_path / "plots")]) == 0
+    assert (tmp_path / "plots" / "latency.png").exists()
+    assert cli.main(["export", str(results), "--out", str(tmp_path / "all.csv")]) == 0
+    statuses = {r["status"] for r in csv.DictReader(open(tmp_path / "all.csv"))}
+    assert statuses == {"ok", "failed", "skipped"}
+
+
+def test_gate_exit_codes_from_the_command_line(tmp_path, capsys):
+    results = fx.copy_results(tmp_path / "results")
+    assert cli.main(["gate", fx.COMMIT_2[:8], fx.COMMIT_3[:8], "--results", str(results)]) == 1
+    assert "fused" in capsys.readouterr().out
+    assert cli.main(["gate", fx.COMMIT_2[:8], fx.COMMIT_2[:8], "--results", str(results)]) == 0
+    assert cli.main(["gate", "0000000", fx.COMMIT_2[:8], "--results", str(results)]) == 2
