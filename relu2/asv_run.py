@@ -17,46 +17,21 @@ never in the benchmark subprocesses, so patching this process is enough.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import sys
-import tempfile
 from typing import Any, Iterator, Sequence
+
+from relu2.results import atomic_write_text
 
 
 def atomic_write_json(path: str, data: Any, api_version: int | None = None, compact: bool = False) -> None:
     """``asv.util.write_json``, byte for byte, written to a temporary file and then renamed over ``path``."""
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
     if api_version is not None:
         data = dict(data)
         data["version"] = api_version
-
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
-    try:
-        # mkstemp makes the file owner-only; give it the mode a plain open() would, as asv did.
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            if compact:
-                json.dump(data, f)
-            else:
-                json.dump(data, f, indent=4, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes reach the disk before the name points at them
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@functools.cache  # read once: os.umask can only be read by setting it, which is process-wide
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    text = json.dumps(data) if compact else json.dumps(data, indent=4, sort_keys=True)
+    atomic_write_text(os.path.abspath(path), text)
 
 
 @contextlib.contextmanager

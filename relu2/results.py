@@ -55,7 +55,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
     try:
-        with os.fdopen(fd, "w", newline="") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
