@@ -32,22 +32,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from relu2.results import COLUMNS, MODES, Row, write_csv
+from relu2.results import COLUMNS, MODES, ROOFLINE_IMPL, Row, write_csv
+from relu2.sweep import format_shape
+from relu2.sweep import grid_shape as _grid_shape_tuple
+from relu2.timing import bytes_moved
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
-ITEMSIZE = {
-    "float64": 8,
-    "float32": 4,
-    "float16": 2,
-    "bfloat16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "int8": 1,
-    "uint8": 1,
-}
 DEFAULT_DTYPE = "bfloat16"  # the model-shape suite times bfloat16 and has no dtype parameter
-GRID_ROW = 4096  # the grid suite lays whole rows of 4096 out as (numel // 4096, 4096), as relu2.sweep does
 FAILED_REASON = "failed during asv run; see the asv log (asv keeps no error text in results)"
 SKIPPED_REASON = "n/a: setup raised NotImplementedError (asv stores skips as NaN)"
 
@@ -138,8 +130,8 @@ def unquote(value_repr: str) -> str:
 
 
 def grid_shape(numel: int) -> str:
-    """The grid suite's shape for ``numel``: ``"4096x4096"`` for 2^24, ``"1024"`` for 1024 (as relu2.sweep.grid_shape)."""
-    return f"{numel // GRID_ROW}x{GRID_ROW}" if numel >= GRID_ROW and numel % GRID_ROW == 0 else str(numel)
+    """The grid suite's shape for ``numel`` as results store it: ``"4096x4096"`` for 2^24, ``"1024"`` for 1024."""
+    return format_shape(_grid_shape_tuple(numel))
 
 
 def geometry(params: dict[str, str]) -> tuple[int, str]:
@@ -149,7 +141,7 @@ def geometry(params: dict[str, str]) -> tuple[int, str]:
         return numel, grid_shape(numel)
     if "tokens" in params and "hidden" in params:
         tokens, hidden = int(params["tokens"]), int(params["hidden"])
-        return tokens * hidden, f"{tokens}x{hidden}"
+        return tokens * hidden, format_shape((tokens, hidden))
     raise ValueError(f"no size parameter (numel, or tokens and hidden) in {sorted(params)}")
 
 
@@ -181,10 +173,8 @@ def make_row(
     """The tidy row of one timing cell (roofline left NaN: it needs the copy cell of the same run)."""
     impl = params["impl"]
     dtype = params.get("dtype", DEFAULT_DTYPE)
-    if dtype not in ITEMSIZE:
-        raise ValueError(f"unknown dtype {dtype!r}")
     numel, shape = geometry(params)
-    nbytes = 2 * numel * ITEMSIZE[dtype]
+    nbytes = bytes_moved(numel, dtype)  # ValueError for a name that is no torch dtype
     status = cell_status(value)
     nan = float("nan")
     if status == "ok":
@@ -212,7 +202,7 @@ def with_roofline(cells: Sequence[Cell]) -> list[Cell]:
     any_bench: dict[tuple, float] = {}
     for c in cells:
         r = c.row
-        if r is not None and r.impl == "copy" and r.status == "ok":
+        if r is not None and r.impl == ROOFLINE_IMPL and r.status == "ok":
             key = (c.machine, c.commit, r.mode, r.dtype, r.shape)
             same_bench[(c.benchmark, *key)] = r.median_s
             any_bench.setdefault(key, r.median_s)

@@ -47,12 +47,6 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def default_sizes(device: str) -> list[int]:
-    """2^10 .. 2^28 every factor 4 on CUDA; up to 2^22 on the CPU, where a full grid would take long."""
-    top = 28 if device == "cuda" else 22
-    return [2**k for k in range(10, top + 1, 2)]
-
-
 def _hostname(device: str) -> str:
     import socket
 
@@ -144,7 +138,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import relu2
     from relu2 import plot, sweep
     from relu2.report import format_table
-    from relu2.results import write_csv
+    from relu2.results import ROOFLINE_IMPL, write_csv
 
     device = args.device or _default_device()
     if device == "cuda" and not torch.cuda.is_available():
@@ -156,9 +150,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"relu2 sweep: unknown implementation(s): {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     names = args.impl or list(known)
-    if "copy" not in names:
-        names.append("copy")  # the roofline every figure is compared with
-    sizes = args.sizes or default_sizes(device)
+    if ROOFLINE_IMPL not in names:
+        names.append(ROOFLINE_IMPL)  # the roofline every figure is compared with
+    sizes = args.sizes or sweep.default_sizes(device)
     cells = sweep.default_cells(names, args.dtype, sizes)
     if args.model_shapes:
         cells += sweep.model_cells(names)

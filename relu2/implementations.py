@@ -15,6 +15,7 @@ from typing import Callable, Mapping
 import torch
 
 from relu2.reference import relu_squared_reference
+from relu2.results import ROOFLINE_IMPL
 
 ENTRY_POINT_GROUP = "relu2.implementations"
 
@@ -176,7 +177,7 @@ def copy_bytes(x: torch.Tensor) -> torch.Tensor:
 
 
 def _copy() -> Implementation:
-    return Implementation("copy", copy_bytes, is_relu2=False,
+    return Implementation(ROOFLINE_IMPL, copy_bytes, is_relu2=False,
                           description="elementwise device copy of the same bytes: the roofline reference, not relu²")
 
 

@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
 from relu2.asv_results import git_order  # noqa: E402
-from relu2.results import Row  # noqa: E402
+from relu2.results import ROOFLINE_IMPL, Row  # noqa: E402
 
 IMPL_ORDER = ("eager", "compile", "compile_dynamic", "fused", "triton", "copy")
 IMPL_STYLE: dict[str, tuple[str, str]] = {  # colour, marker
@@ -43,7 +43,6 @@ MODE_STYLE = {"hot": "-", "cold": "--", "launch": ":"}
 MODE_LABEL = {"hot": "hot (kernel time, L2 warm)", "cold": "cold (kernel time, L2 cold)",
               "launch": "launch (eager calls, wall clock)"}
 DTYPE_ORDER = ("float32", "float16", "bfloat16")
-REFERENCE = "copy"
 BASELINE = "eager"
 DPI = 150
 
@@ -149,7 +148,7 @@ def series(rows: Iterable[Row], value: Callable[[Row], float]) -> list[tuple[int
 
 def copy_ceiling_gbps(rows: Iterable[Row], dtype: str | None = None) -> float | None:
     """copy's achieved GB/s at its largest size (hot mode preferred): the practical bandwidth ceiling."""
-    copies = [r for r in ok_rows(rows) if r.impl == REFERENCE and (dtype is None or r.dtype == dtype)]
+    copies = [r for r in ok_rows(rows) if r.impl == ROOFLINE_IMPL and (dtype is None or r.dtype == dtype)]
     if not copies:
         return None
     largest = max(r.numel for r in copies)
@@ -427,7 +426,7 @@ def history_cells(rows: Sequence[Row]) -> list[tuple[str, str, int, str]]:
     mode = "hot" if any(r.mode == "hot" for r in good) else sorted({r.mode for r in good})[0]
     sub = [r for r in good if r.dtype == dtype and r.mode == mode]
     numel = max(r.numel for r in sub)
-    impls = impl_order(r.impl for r in sub if r.numel == numel and r.impl != REFERENCE)
+    impls = impl_order(r.impl for r in sub if r.numel == numel and r.impl != ROOFLINE_IMPL)
     return [(impl, dtype, numel, mode) for impl in impls]
 
 

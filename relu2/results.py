@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Iterable
 
 STATUSES = ("ok", "failed", "skipped")
+ROOFLINE_IMPL = "copy"  # the implementation every figure's roofline_fraction is measured against
 MODES = ("hot", "cold", "launch")
 
 

@@ -26,16 +26,17 @@ from tqdm import tqdm
 from relu2.agreement import AgreementError, check_agreement
 from relu2.implementations import Implementation, get
 from relu2.inputs import random_input
-from relu2.results import MODES, Row, read_csv, write_csv
+from relu2.results import MODES, ROOFLINE_IMPL, Row, read_csv, write_csv
 from relu2.timing import Budget, Timing, bytes_moved, dtype_name, dtype_of, peak_memory_bytes, time_fn
 
 DEFAULT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
 DEFAULT_SIZES: tuple[int, ...] = tuple(4**k for k in range(5, 15))  # 2^10 .. 2^28, every factor 4
+# A CPU sweep stops here by default: a full grid there would take long and says nothing about a GPU.
+CPU_MAX_NUMEL = 2**22
 ROW_WIDTH = 4096  # grid inputs are (numel // 4096, 4096) once they hold a row: the shape of an activation
 MODEL_TOKENS: tuple[int, ...] = (1, 16, 128, 1024, 4096, 16384)
 MODEL_HIDDEN: tuple[int, ...] = (3072, 12288)  # Nemotron-H-class MLP widths
 MODEL_DTYPE = "bfloat16"
-REFERENCE = "copy"
 
 GroupKey = tuple[str, tuple[int, ...]]  # (dtype, shape): one input, measured in one go with its copy
 
@@ -61,7 +62,7 @@ class Cell:
     @property
     def shape_str(self) -> str:
         """The shape as results store it: "4096x4096"."""
-        return "x".join(str(n) for n in self.shape)
+        return format_shape(self.shape)
 
     @property
     def bytes(self) -> int:
@@ -72,6 +73,16 @@ class Cell:
 
     def describe(self) -> str:
         return f"{self.impl} {self.dtype} {self.shape_str}"
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """A shape as results store it: (4096, 4096) -> "4096x4096", (1024,) -> "1024"."""
+    return "x".join(str(n) for n in shape)
+
+
+def default_sizes(device: str) -> tuple[int, ...]:
+    """The sweep's default sizes: all of DEFAULT_SIZES on CUDA, up to CPU_MAX_NUMEL on the CPU."""
+    return DEFAULT_SIZES if device == "cuda" else tuple(n for n in DEFAULT_SIZES if n <= CPU_MAX_NUMEL)
 
 
 def grid_shape(numel: int) -> tuple[int, ...]:
@@ -218,12 +229,12 @@ def run_sweep(
 
     measured: dict[Cell, CellResult] = {}
     references: dict[GroupKey, CellResult] = {}
-    with tqdm(total=len(cells) + sum(1 for g in groups.values() if all(c.impl != REFERENCE for c in g)),
+    with tqdm(total=len(cells) + sum(1 for g in groups.values() if all(c.impl != ROOFLINE_IMPL for c in g)),
               desc="relu2 sweep", unit="cell", file=sys.stderr, disable=not progress) as bar:
         for key, group in groups.items():
-            ordered = sorted(group, key=lambda c: c.impl != REFERENCE)  # copy first
-            if ordered[0].impl != REFERENCE:
-                ordered.insert(0, ordered[0].with_impl(REFERENCE))
+            ordered = sorted(group, key=lambda c: c.impl != ROOFLINE_IMPL)  # copy first
+            if ordered[0].impl != ROOFLINE_IMPL:
+                ordered.insert(0, ordered[0].with_impl(ROOFLINE_IMPL))
             for cell in ordered:
                 bar.set_postfix_str(cell.describe(), refresh=False)
                 measured[cell] = measure_cell(cell, modes, device, budget)
