@@ -8,16 +8,6 @@ from typing import Iterable
 from relu2.results import Row
 
 
-def format_size(numel: int) -> str:
-    """2^k for powers of two, else K/M/G with one decimal."""
-    if numel > 0 and numel & (numel - 1) == 0:
-        return f"2^{numel.bit_length() - 1}"
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if numel >= scale:
-            return f"{numel / scale:.1f}{unit}"
-    return str(numel)
-
-
 def _speedup_over_eager(rows: list[Row]) -> dict[tuple, float]:
     eager = {(r.dtype, r.shape, r.mode): r.median_s for r in rows if r.impl == "eager" and r.status == "ok"}
     return {
