@@ -182,6 +182,15 @@ class _Suite:
 
     track_peak_memory.unit = "bytes"
 
+    # asv keys each benchmark's history by its version, by default a hash of its source (and of
+    # setup and setup_cache): any edit to this file would drop the committed results from the
+    # dashboard.  Pinned to the hashes the results in results/ were recorded under; bump one only
+    # when that benchmark's figures stop being comparable with its history.
+    track_hot.version = "deca6e1fca4ee5060d32c98cbd9049144d6e7511a586083fda885c42990970eb"
+    track_cold.version = "ad1ee5675c5da51859e7df98b59112d700f16843039c013c3b83aefce1522fad"
+    track_launch.version = "4b93e7c8c61f45612e066afd68d4a83db7e001697987be919440431568060aa2"
+    track_peak_memory.version = "dbbc686f99c0f776082c700f17c4f8d79c4366d17ec6086ff06dfff1331420eb"
+
 
 class Grid(_Suite):
     """Every implementation x dtype x size: inputs of numel elements shaped (numel // 4096, 4096)."""

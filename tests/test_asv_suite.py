@@ -78,6 +78,24 @@ def test_asv_discovers_the_suites(tmp_path):
     assert len({b["setup_cache_key"] for b in found.values()}) == 1  # one measurement for both suites
 
 
+def test_versions_are_pinned_to_the_committed_history(tmp_path):
+    """Every benchmark with committed results keeps the version they were recorded under.
+
+    asv drops results whose version differs from the benchmark's from the dashboard, and by default
+    the version hashes the source: an edit to benchmarks/ would silently orphan results/.
+    """
+    out = tmp_path / "discovered.json"
+    subprocess.run([sys.executable, _asv_script(), "discover", str(ROOT / "benchmarks"), str(out)],
+                   cwd=tmp_path, env=_asv_env(tmp_path), check=True)
+    found = {b["name"]: b["version"] for b in json.loads(out.read_text())}
+    recorded = json.loads((ROOT / "results" / "benchmarks.json").read_text())
+    recorded = {name: b["version"] for name, b in recorded.items() if isinstance(b, dict)}
+    assert recorded, "results/benchmarks.json names no benchmark"
+    for name, version in recorded.items():
+        assert name in found, f"{name} has committed results but is no longer a benchmark"
+        assert found[name] == version, f"{name}: version {found[name][:12]} orphans the committed {version[:12]}"
+
+
 def test_asv_check_passes(tmp_path):
     run = subprocess.run([sys.executable, "-m", "asv", "check", "--python=same"], cwd=ROOT, env=_asv_env(tmp_path),
                          capture_output=True, text=True, timeout=300)
