@@ -1,25 +1,25 @@
 """asv suites: relu² implementations on a size grid and on model activation shapes.
 
-How it is built (see docs and DESIGN.md):
+How it is built (docs/tracking.md and docs/methodology.md say why):
 
 * The module-level ``setup_cache`` measures the whole grid once per commit, in one process
   (``relu2.sweep.run_sweep``: bitwise agreement first, then the hot/cold/launch timings), and
   returns plain Python data.  asv runs every parameter combination in its own process; those
   processes only read the cache, never import torch, and take a fraction of a second.
-* ``track_hot`` / ``track_cold`` / ``track_launch`` return ``{"samples": [seconds...], "number": 1}``
-  so asv keeps the samples (median, IQR, CI); ``track_peak_memory`` returns the GPU bytes allocated
-  at the peak of one call.
+* ``track_<mode>``, one per timing mode of ``relu2.schema.MODES``, returns ``{"samples":
+  [seconds...], "number": 1}`` so asv keeps the samples (median, IQR, CI); ``track_peak_memory``
+  returns the GPU bytes allocated at the peak of one call.  Versions are pinned (see ``_track``).
 * A cell the harness skipped (implementation unavailable here, e.g. triton without CUDA; out of
   memory; above the CPU size cap) raises NotImplementedError in ``setup``: asv records it as n/a
   (skipped), and the reason is printed to stderr.  A cell that failed (disagrees with the eager
   path bitwise, so it was never timed, or its timing raised) raises in the ``track_`` method: asv
   records it as failed, with the reason in its stderr.
-* torch and relu2 are imported only inside ``setup_cache``: a module that fails to import at one
-  commit would lose the whole commit.
+* torch is imported only inside ``setup_cache``; at module level only ``relu2.schema``, which needs
+  nothing but the standard library: a module that fails to import at one commit loses the commit.
 
-Device: CUDA when available, else the CPU.  On the CPU only inputs of at most ``CPU_MAX_NUMEL``
-(2^20) elements are measured, so a CPU run takes a minute or two (torch.compile's first compile
-dominates); larger cells are n/a there.
+Device: CUDA when available, else the CPU.  On the CPU only inputs of at most
+``relu2.schema.CPU_MAX_NUMEL`` elements are measured (torch.compile's first compiles dominate a
+CPU run); larger cells are n/a there.
 
 Environment variables:
 
@@ -33,21 +33,27 @@ import os
 import sys
 from importlib import metadata
 
-BUILTIN_IMPLS = ("eager", "compile", "compile_dynamic", "fused", "triton", "copy")
-DTYPES = ("float32", "float16", "bfloat16")
-NUMELS = tuple(4**k for k in range(5, 15))  # 2^10 .. 2^28, every factor 4
-MODEL_TOKENS = (1, 16, 128, 1024, 4096, 16384)
-MODEL_HIDDEN = (3072, 12288)
-MODEL_DTYPE = "bfloat16"
-CPU_MAX_NUMEL = 2**20
+# The vocabulary comes from the package (relu2.schema imports neither torch nor the rest of relu2).
+from relu2.schema import (
+    BUILTIN_IMPLS,
+    CPU_MAX_NUMEL,
+    DEFAULT_SIZES,
+    DTYPES,
+    MODEL_DTYPE,
+    MODEL_HIDDEN,
+    MODEL_TOKENS,
+    MODES,
+    PEAK_MEMORY_ASV_VERSION,
+    model_cells,
+    grid_cells,
+)
 
 QUICK_IMPLS = ("eager", "copy")
 QUICK_DTYPES = ("float32",)
 QUICK_NUMELS = (2**10, 2**12)
 QUICK_TOKENS = (1,)
 QUICK_HIDDEN = (3072,)
-
-ENTRY_POINT_GROUP = "relu2.implementations"  # relu2.implementations.ENTRY_POINT_GROUP, without importing torch
+ENTRY_POINT_GROUP = "relu2.implementations"
 
 
 def _quick() -> bool:
@@ -66,7 +72,7 @@ def _impls() -> tuple:
 
 IMPLS = _impls()
 GRID_DTYPES = QUICK_DTYPES if _quick() else DTYPES
-GRID_NUMELS = QUICK_NUMELS if _quick() else NUMELS
+GRID_NUMELS = QUICK_NUMELS if _quick() else DEFAULT_SIZES
 TOKENS = QUICK_TOKENS if _quick() else MODEL_TOKENS
 HIDDEN = QUICK_HIDDEN if _quick() else MODEL_HIDDEN
 
@@ -88,8 +94,8 @@ def setup_cache():
     def measurable(numel):
         return device == "cuda" or numel <= CPU_MAX_NUMEL
 
-    grid = [c for c in sweep.default_cells(IMPLS, GRID_DTYPES, GRID_NUMELS) if measurable(c.numel)]
-    model = [c for c in sweep.model_cells(IMPLS, TOKENS, HIDDEN, MODEL_DTYPE) if measurable(c.numel)]
+    grid = [c for c in grid_cells(IMPLS, GRID_DTYPES, GRID_NUMELS) if measurable(c.numel)]
+    model = [c for c in model_cells(IMPLS, TOKENS, HIDDEN, (MODEL_DTYPE,)) if measurable(c.numel)]
     budget = QUICK_BUDGET if _quick() else DEFAULT_BUDGET
     measured = {r.cell: r for r in sweep.run_sweep(grid + model, device=device, budget=budget).results}
     return {
@@ -135,7 +141,8 @@ def _skip_one(reason: str):
 
 
 class _Suite:
-    """The four track_ methods over one cache table; subclasses say which table and key."""
+    """A ``track_<mode>`` method per timing mode (generated below) and ``track_peak_memory``, over one
+    cache table; subclasses say which table and key."""
 
     unit = "seconds"
     table = ""
@@ -163,15 +170,6 @@ class _Suite:
             raise _skip_one(figure["reason"])
         return {"samples": figure["samples"], "number": 1}
 
-    def track_hot(self, cache, *params):
-        return self._samples(cache, params, "hot")
-
-    def track_cold(self, cache, *params):
-        return self._samples(cache, params, "cold")
-
-    def track_launch(self, cache, *params):
-        return self._samples(cache, params, "launch")
-
     def track_peak_memory(self, cache, *params):
         entry = self._lookup(cache, params)
         if entry["status"] == "failed":
@@ -181,15 +179,30 @@ class _Suite:
         return entry["peak_bytes"]
 
     track_peak_memory.unit = "bytes"
+    track_peak_memory.version = PEAK_MEMORY_ASV_VERSION
+    track_peak_memory.less_is_better = True
 
-    # asv keys each benchmark's history by its version, by default a hash of its source (and of
-    # setup and setup_cache): any edit to this file would drop the committed results from the
-    # dashboard.  Pinned to the hashes the results in results/ were recorded under; bump one only
-    # when that benchmark's figures stop being comparable with its history.
-    track_hot.version = "deca6e1fca4ee5060d32c98cbd9049144d6e7511a586083fda885c42990970eb"
-    track_cold.version = "ad1ee5675c5da51859e7df98b59112d700f16843039c013c3b83aefce1522fad"
-    track_launch.version = "4b93e7c8c61f45612e066afd68d4a83db7e001697987be919440431568060aa2"
-    track_peak_memory.version = "dbbc686f99c0f776082c700f17c4f8d79c4366d17ec6086ff06dfff1331420eb"
+
+def _track(mode: str, version: str):
+    """``track_<mode>``: the mode's samples of the cell.
+
+    asv keys each benchmark's history by its version, by default a hash of its source (and of setup
+    and setup_cache): an edit to this file would drop the committed results from the dashboard.  So
+    the version is pinned in relu2.schema.MODES, and bumped there only when a mode's figures stop
+    being comparable with their history.  ``less_is_better`` tells the dashboard which way is worse.
+    """
+
+    def track(self, cache, *params):
+        return self._samples(cache, params, mode)
+
+    track.__name__ = track.__qualname__ = f"track_{mode}"
+    track.version = version
+    track.less_is_better = True
+    return track
+
+
+for _mode in MODES:
+    setattr(_Suite, f"track_{_mode.name}", _track(_mode.name, _mode.asv_version))
 
 
 class Grid(_Suite):

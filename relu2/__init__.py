@@ -1,32 +1,42 @@
 """relu2-bench: implementations of relu²(x) = relu(x)², the contract they must meet, and how they are timed.
 
-Importing this package is cheap: nothing is built and torch.compile is not invoked until an
-implementation is first asked for.
+Importing this package is cheap and never imports torch: the public names below are loaded on first
+use (PEP 562), and nothing is built and torch.compile is not invoked until an implementation is first
+asked for.  ``relu2.schema`` holds the vocabulary (modes, columns, grid, styles) without torch.
 """
 
-from relu2.agreement import AgreementError, check_agreement, compare_bitwise
-from relu2.implementations import (
-    CompileFallbackError,
-    Implementation,
-    get,
-    implementations,
-    register,
-    relu_squared,
-    unregister,
-)
-from relu2.reference import relu_squared_reference
+from __future__ import annotations
 
-__all__ = [
-    "AgreementError",
-    "CompileFallbackError",
-    "Implementation",
-    "check_agreement",
-    "compare_bitwise",
-    "get",
-    "implementations",
-    "register",
-    "relu_squared",
-    "relu_squared_reference",
-    "unregister",
-]
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "AgreementError": "relu2.agreement",
+    "check_agreement": "relu2.agreement",
+    "compare_bitwise": "relu2.agreement",
+    "CompileFallbackError": "relu2.registry",
+    "Implementation": "relu2.registry",
+    "get": "relu2.registry",
+    "implementations": "relu2.registry",
+    "register": "relu2.registry",
+    "relu_squared": "relu2.registry",
+    "unregister": "relu2.registry",
+    "relu_squared_reference": "relu2.reference",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'relu2' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

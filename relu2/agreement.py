@@ -10,7 +10,7 @@ import torch
 from relu2.reference import relu_squared_reference
 
 if TYPE_CHECKING:
-    from relu2.implementations import Implementation
+    from relu2.registry import Implementation
 
 _INT_VIEW = {
     torch.float64: torch.int64,
@@ -85,7 +85,7 @@ def check_agreement(impl: "Implementation | str", x: torch.Tensor) -> None:
     Same shape, dtype and device are required; NaN must sit exactly where the reference has NaN.
     The input is not modified by the reference, and is checked to be unmodified by ``impl``.
     """
-    from relu2.implementations import get
+    from relu2.registry import get
 
     impl = get(impl) if isinstance(impl, str) else impl
     where = f"{impl.name} on {x.dtype} {tuple(x.shape)} ({x.device.type}, strides {tuple(x.stride())})"
@@ -103,3 +103,60 @@ def check_agreement(impl: "Implementation | str", x: torch.Tensor) -> None:
         raise AgreementError(f"{where}: {mismatch.describe()}")
     if compare_bitwise(x, before) is not None:
         raise AgreementError(f"{where}: the implementation modified its input")
+
+
+# --- the agreement matrix: every implementation x dtype on the full input matrix ------------------
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    """One implementation at one dtype: "ok", "FAIL(n)" (n cases disagreed) or "n/a" (cannot run here)."""
+
+    impl: str
+    dtype: str
+    verdict: str
+    failures: tuple[str, ...] = ()  # "[case label]: message", one per failing case
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """``relu2 check``'s result: entries by implementation then dtype, and why some could not run."""
+
+    device: str
+    dtypes: tuple[str, ...]
+    entries: tuple[MatrixEntry, ...]
+    not_here: dict[str, str]  # implementation -> why it cannot run on this device (skipped)
+    broken: dict[str, str]  # implementation -> why the project's own kernel cannot run (a failure)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.broken) or any(e.failures for e in self.entries)
+
+
+def agreement_matrix(names: list[str], dtypes: list[str], device: str) -> Matrix:
+    """Check each implementation in ``names`` on every case of ``agreement_cases`` for each dtype.
+
+    An implementation that raises counts as disagreeing on that case; one that cannot run on
+    ``device`` is "n/a" unless it is ``broken`` (its build failed), which is a failure.
+    """
+    from relu2.registry import get
+    from relu2.inputs import agreement_cases, dtype_of
+
+    entries: list[MatrixEntry] = []
+    not_here: dict[str, str] = {}
+    broken: dict[str, str] = {}
+    for name in names:
+        impl = get(name)
+        if not impl.supports(device):
+            (broken if impl.broken else not_here)[name] = impl.why_not(device)
+            entries += [MatrixEntry(name, d, "FAIL" if impl.broken else "n/a") for d in dtypes]
+            continue
+        for dtype in dtypes:
+            failures = []
+            for case in agreement_cases(dtype_of(dtype), device):
+                try:
+                    check_agreement(impl, case.x)
+                except Exception as e:  # AgreementError, or the implementation crashed
+                    failures.append(f"[{case.label}]: {e}")
+            entries.append(MatrixEntry(name, dtype, f"FAIL({len(failures)})" if failures else "ok", tuple(failures)))
+    return Matrix(device, tuple(dtypes), tuple(entries), not_here, broken)

@@ -1,4 +1,4 @@
-"""Read an asv results folder into tidy ``Row``s (and raw ``Cell``s for the gate).
+"""Read an asv results folder into tidy ``Row``s (and raw ``Record``s for the gate).
 
 asv stays the engine: files are opened with asv's own loaders (``asv.results.Results.load`` for a
 result file, ``asv.util.load_json`` for ``benchmarks.json`` and ``machine.json``), so a format asv
@@ -6,7 +6,8 @@ understands is a format this module understands.  What asv cannot tell us is wha
 *mean*; that mapping lives here:
 
 * the timing mode comes from the method name (``track_hot`` -> ``hot``), and only benchmarks whose
-  unit is seconds are timing benchmarks (``track_peak_memory``, in bytes, is left out of rows);
+  unit is seconds are timing benchmarks; ``track_peak_memory`` (bytes) of the same suite and
+  parameters fills the rows' ``peak_bytes``;
 * parameter names come from ``benchmarks.json`` (never from a hard-coded module or class name);
   values are the ``repr`` strings asv stores, unquoted;
 * ``impl`` is required; ``dtype`` defaults to bfloat16 (the model-shape suite has no dtype
@@ -20,7 +21,6 @@ Anything unreadable raises ``ResultsError`` with the offending file in the messa
 from __future__ import annotations
 
 import ast
-import csv
 import datetime as _dt
 import functools
 import itertools
@@ -32,10 +32,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from relu2.results import COLUMNS, MODES, ROOFLINE_IMPL, Row, write_csv
-from relu2.sweep import format_shape
-from relu2.sweep import grid_shape as _grid_shape_tuple
-from relu2.timing import bytes_moved
+from relu2.results import Row, csv_text, make_row, write_csv
+from relu2.schema import MODE_NAMES, ROOFLINE, format_shape, grid_shape
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
@@ -66,11 +64,14 @@ class BenchmarkInfo:
     def mode(self) -> str | None:
         """``hot``/``cold``/``launch`` for a timing benchmark, else None."""
         mode = self.method.removeprefix("track_").removeprefix("time_")
-        return mode if mode in MODES and self.unit == "seconds" else None
+        return mode if mode in MODE_NAMES and self.unit == "seconds" else None
+
+
+PEAK_MEMORY_METHOD = "track_peak_memory"
 
 
 @dataclass(frozen=True)
-class Cell:
+class Record:
     """One benchmark at one parameter combination at one commit, as asv recorded it.
 
     ``row`` is the tidy figure (None for a non-timing benchmark such as peak memory); ``value``,
@@ -129,16 +130,11 @@ def unquote(value_repr: str) -> str:
     return text.removeprefix("torch.")
 
 
-def grid_shape(numel: int) -> str:
-    """The grid suite's shape for ``numel`` as results store it: ``"4096x4096"`` for 2^24, ``"1024"`` for 1024."""
-    return format_shape(_grid_shape_tuple(numel))
-
-
 def geometry(params: dict[str, str]) -> tuple[int, str]:
     """``(numel, shape)`` of a cell from its parameters; ValueError when they name no size."""
     if "numel" in params:
         numel = int(params["numel"])
-        return numel, grid_shape(numel)
+        return numel, format_shape(grid_shape(numel))
     if "tokens" in params and "hidden" in params:
         tokens, hidden = int(params["tokens"]), int(params["hidden"])
         return tokens * hidden, format_shape((tokens, hidden))
@@ -166,55 +162,70 @@ def quartiles(value: float, stats: dict[str, Any] | None, samples: Sequence[floa
     return value, value
 
 
-def make_row(
+def timing_row(
     *, machine: str, commit: str, date: str, mode: str, params: dict[str, str], value: float | None,
-    stats: dict[str, Any] | None, samples: Sequence[float] | None,
+    stats: dict[str, Any] | None, samples: Sequence[float] | None, copy_median_s: float = math.nan,
+    peak_bytes: float = math.nan,
 ) -> Row:
-    """The tidy row of one timing cell (roofline left NaN: it needs the copy cell of the same run)."""
-    impl = params["impl"]
-    dtype = params.get("dtype", DEFAULT_DTYPE)
+    """The tidy row of one timing cell, through ``relu2.results.make_row``."""
     numel, shape = geometry(params)
-    nbytes = bytes_moved(numel, dtype)  # ValueError for a name that is no torch dtype
     status = cell_status(value)
-    nan = float("nan")
+    median = q25 = q75 = math.nan
+    reason = ""
     if status == "ok":
         median = float(value)
         q25, q75 = quartiles(median, stats, samples)
-        gbps = nbytes / median / 1e9 if median > 0 else nan
-        reason = ""
     else:
-        median = q25 = q75 = gbps = nan
         reason = FAILED_REASON if status == "failed" else SKIPPED_REASON
-    return Row(
-        machine=machine, commit=commit, date=date, impl=impl, dtype=dtype, numel=numel, shape=shape,
-        mode=mode, median_s=median, q25_s=q25, q75_s=q75, bytes=nbytes, gbps=gbps,
-        roofline_fraction=nan, status=status, reason=reason,
+    return make_row(
+        machine=machine, commit=commit, date=date, impl=params["impl"], dtype=params.get("dtype", DEFAULT_DTYPE),
+        numel=numel, shape=shape, mode=mode, status=status, reason=reason, median_s=median, q25_s=q25, q75_s=q75,
+        copy_median_s=copy_median_s, peak_bytes=peak_bytes,
     )
 
 
-def with_roofline(cells: Sequence[Cell]) -> list[Cell]:
-    """Fill each ok row's roofline fraction: copy's median of the same commit/mode/dtype/shape ÷ its median.
+def _suite(benchmark: str) -> str:
+    """``bench_relu2.Grid.track_hot`` -> ``bench_relu2.Grid``: the benchmarks measured in one run of a suite."""
+    return benchmark.rsplit(".", 1)[0]
 
-    The copy cell of the same benchmark (same suite, same run) is preferred; any benchmark's copy
-    cell of the same commit/mode/dtype/shape is the fallback.
-    """
-    same_bench: dict[tuple, float] = {}
-    any_bench: dict[tuple, float] = {}
-    for c in cells:
-        r = c.row
-        if r is not None and r.impl == ROOFLINE_IMPL and r.status == "ok":
-            key = (c.machine, c.commit, r.mode, r.dtype, r.shape)
-            same_bench[(c.benchmark, *key)] = r.median_s
-            any_bench.setdefault(key, r.median_s)
+
+def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -> list[Record]:
+    """Each timing record with its tidy row: roofline from the copy record of the same commit, mode and
+    input (same suite preferred), peak memory from the same suite's memory record of the same cell."""
+    same_suite: dict[tuple, float] = {}
+    any_suite: dict[tuple, float] = {}
+    peak: dict[tuple, float] = {}
+    for r in records:
+        params = dict(r.params)
+        if r.benchmark.endswith("." + PEAK_MEMORY_METHOD) and r.status == "ok":
+            peak[(r.machine, r.commit, _suite(r.benchmark), r.params)] = float(r.value)
+        info = benchmarks[r.benchmark]
+        if info.mode is None or params.get("impl") != ROOFLINE or r.status != "ok":
+            continue
+        try:
+            key = (r.machine, r.commit, info.mode, params.get("dtype", DEFAULT_DTYPE), geometry(params)[1])
+        except ValueError:
+            continue
+        same_suite[(_suite(r.benchmark), *key)] = float(r.value)
+        any_suite.setdefault(key, float(r.value))
     out = []
-    for c in cells:
-        r = c.row
-        if r is not None and r.status == "ok":
-            key = (c.machine, c.commit, r.mode, r.dtype, r.shape)
-            copy_s = same_bench.get((c.benchmark, *key), any_bench.get(key))
-            if copy_s is not None and r.median_s > 0:
-                c = replace(c, row=replace(r, roofline_fraction=copy_s / r.median_s))
-        out.append(c)
+    for r in records:
+        info = benchmarks[r.benchmark]
+        if info.mode is not None:
+            params = dict(r.params)
+            try:
+                key = (r.machine, r.commit, info.mode, params.get("dtype", DEFAULT_DTYPE), geometry(params)[1])
+                row = timing_row(
+                    machine=r.machine, commit=r.commit, date=iso_date(r.date_ms), mode=info.mode, params=params,
+                    value=r.value, stats=r.stats, samples=r.samples,
+                    copy_median_s=same_suite.get((_suite(r.benchmark), *key), any_suite.get(key, math.nan)),
+                    peak_bytes=peak.get((r.machine, r.commit, _suite(r.benchmark), r.params), math.nan),
+                )
+            except (KeyError, ValueError) as e:
+                warnings.warn(f"{r.label()} at {r.commit[:8]} is not a relu2 timing cell ({e}); left out", stacklevel=2)
+            else:
+                r = replace(r, row=row)
+        out.append(r)
     return out
 
 
@@ -272,13 +283,16 @@ def load_benchmarks(results_dir: str | os.PathLike) -> dict[str, BenchmarkInfo]:
 
 
 def machines(results_dir: str | os.PathLike) -> list[str]:
-    """Names of the machines with results: sub-folders holding a ``machine.json``, sorted."""
+    """Names of the machines with results: sub-folders holding a ``machine.json`` and a result file, sorted.
+
+    A folder with only ``machine.json`` (left by an ``asv run`` that saved nothing) is no machine.
+    """
     root = _check_dir(results_dir)
     _, _, _, Machine = _asv()
     names = []
     for sub in sorted(p for p in root.iterdir() if p.is_dir()):
         machine_json = sub / "machine.json"
-        if machine_json.is_file():
+        if machine_json.is_file() and any(p.name not in _NOT_RESULT_FILES for p in sub.glob("*.json")):
             data = _load_json(machine_json, Machine.api_version)
             names.append(str(data.get("machine", sub.name)))
     return names
@@ -338,49 +352,47 @@ def commit_dates(results_dir: str | os.PathLike, machine: str | None = None) -> 
     return out
 
 
-def git_order(hashes: Iterable[str], repo: str | os.PathLike = ".") -> dict[str, int]:
-    """Each hash's position in ``git rev-list --topo-order`` (parents first), or {} without git.
-
-    Commit dates have one-second resolution, so two commits made in the same second tie; the
-    repository's graph, when it is at hand, says which came first.
-    """
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "-C", str(repo), "rev-list", "--topo-order", "--reverse", "--all"],
-                             capture_output=True, text=True, timeout=30, check=True).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    rank = {h: i for i, h in enumerate(out)}
-    return {h: rank[h] for h in hashes if h in rank}
-
-
 def commits(results_dir: str | os.PathLike, machine: str | None = None) -> list[str]:
-    """Full hashes of the commits with results (on ``machine``, or any), oldest first (ties: git order)."""
+    """Full hashes of the commits with results (on ``machine``, or any), oldest first.
+
+    Commits that tie on date (one-second resolution) are ordered by the git graph of the checkout
+    that holds ``results_dir``, then by hash: the same order wherever the command runs.
+    """
+    from relu2.machine import git_order, repo_of
+
     dates = commit_dates(results_dir, machine)
-    order = git_order(dates)
+    order = git_order(dates, repo_of(results_dir))
     return sorted(dates, key=lambda h: (dates[h], order.get(h, -1), h))
 
 
-def resolve_commit(results_dir: str | os.PathLike, prefix: str, machine: str | None = None) -> str:
-    """The full hash of the one commit with results starting with ``prefix``; ResultsError otherwise."""
-    prefix = prefix.strip().lower()
-    if not prefix:
+def resolve_commit(results_dir: str | os.PathLike, ref: str, machine: str | None = None) -> str:
+    """The full hash of the one commit with results that ``ref`` names; ResultsError otherwise.
+
+    ``ref`` is a hash or a unique prefix of one, or any git ref (``main~1``, ``HEAD``, a tag or a
+    branch) of the checkout that holds ``results_dir``.
+    """
+    from relu2.machine import git_resolve, repo_of
+
+    wanted = ref.strip()
+    if not wanted:
         raise ResultsError("empty commit")
     known = commits(results_dir, machine)
-    matches = [h for h in known if h.lower().startswith(prefix)]
-    if not matches:
-        where = f"machine {machine!r}" if machine else str(results_dir)
-        shown = ", ".join(h[:8] for h in known) or "none"
-        raise ResultsError(f"no results for commit {prefix!r} on {where} (commits with results: {shown})")
+    matches = [h for h in known if h.lower().startswith(wanted.lower())]
     if len(matches) > 1:
-        raise ResultsError(f"commit {prefix!r} is ambiguous: {', '.join(h[:12] for h in matches)}")
-    return matches[0]
+        raise ResultsError(f"commit {wanted!r} is ambiguous: {', '.join(h[:12] for h in matches)}")
+    if matches:
+        return matches[0]
+    full = git_resolve(wanted, repo_of(results_dir))
+    if full in known:
+        return full
+    where = f"machine {machine!r}" if machine else str(results_dir)
+    shown = ", ".join(h[:8] for h in known) or "none"
+    named = f" (git: {full[:12]})" if full else ""
+    raise ResultsError(f"no results for commit {wanted!r}{named} on {where} (commits with results: {shown})")
 
 
-def _cells_of_result(path: Path, machine: str, result, benchmarks: dict[str, BenchmarkInfo]) -> list[Cell]:
-    cells = []
-    date = iso_date(result.date)
+def _records_of_result(path: Path, machine: str, result, benchmarks: dict[str, BenchmarkInfo]) -> list[Record]:
+    records = []
     for name in sorted(result.get_all_result_keys()):
         info = benchmarks.get(name)
         if info is None:
@@ -411,30 +423,21 @@ def _cells_of_result(path: Path, machine: str, result, benchmarks: dict[str, Ben
                 raise ResultsError(f"{path}: malformed result for {name}{combo}: value {value!r} is not a number")
             if not isinstance(st, (dict, type(None))) or not isinstance(smp, (list, type(None))):
                 raise ResultsError(f"{path}: malformed statistics or samples for {name}{combo}")
-            value = float(value) if value is not None else None
-            row = None
-            if info.mode is not None:
-                try:
-                    row = make_row(machine=machine, commit=result.commit_hash, date=date, mode=info.mode,
-                                   params=dict(params), value=value, stats=st, samples=smp)
-                except (KeyError, ValueError) as e:
-                    warnings.warn(f"{path}: {name}{combo} is not a relu2 timing cell ({e}); left out",
-                                  stacklevel=3)
-            cells.append(Cell(
+            records.append(Record(
                 machine=machine, commit=result.commit_hash, date_ms=int(result.date), env=result.env_name or "",
-                started_at=started_at, benchmark=name, params=params, unit=info.unit, value=value,
-                stats=st, samples=smp, row=row,
+                started_at=started_at, benchmark=name, params=params, unit=info.unit,
+                value=float(value) if value is not None else None, stats=st, samples=smp, row=None,
             ))
-    return cells
+    return records
 
 
-def load_cells(
+def load_records(
     results_dir: str | os.PathLike, machine: str | None = None, commit: str | None = None
-) -> list[Cell]:
-    """Every recorded cell (timing and not) of ``machine`` (default: all) at ``commit`` (a prefix; default: all).
+) -> list[Record]:
+    """Every recorded cell (timing and not) of ``machine`` (default: all) at ``commit`` (a ref; default: all).
 
-    Ordered by commit date, then file, benchmark and parameter order.  Rows carry their roofline
-    fraction.  Raises ResultsError naming the file for anything unreadable.
+    Ordered by commit date, then file, benchmark and parameter order.  Timing records carry their
+    tidy row.  Raises ResultsError naming the file for anything unreadable.
     """
     root = _check_dir(results_dir)
     benchmarks = load_benchmarks(root)
@@ -444,20 +447,20 @@ def load_cells(
         if full is None or result.commit_hash == full:
             loaded.append((int(result.date), str(path), m, result))
     loaded.sort(key=lambda t: (t[0], t[1]))
-    cells: list[Cell] = []
+    records: list[Record] = []
     for _, path, m, result in loaded:
-        cells.extend(_cells_of_result(Path(path), m, result, benchmarks))
-    return with_roofline(cells)
+        records.extend(_records_of_result(Path(path), m, result, benchmarks))
+    return with_rows(records, benchmarks)
 
 
 def load_rows(results_dir: str | os.PathLike, machine: str | None = None, commit: str | None = None) -> list[Row]:
-    """Tidy rows of every timing cell (unit seconds; memory benchmarks left out) in an asv results folder.
+    """Tidy rows of every timing cell (unit seconds) in an asv results folder.
 
-    ``machine`` None means every machine; ``commit`` may be a hash prefix (unknown or ambiguous:
+    ``machine`` None means every machine; ``commit`` may be any ref (unknown or ambiguous:
     ResultsError).  Failed cells come back with status "failed", skipped ones "skipped", both with
     NaN times and a reason.
     """
-    return [c.row for c in load_cells(results_dir, machine, commit) if c.row is not None]
+    return [r.row for r in load_records(results_dir, machine, commit) if r.row is not None]
 
 
 def export_csv(
@@ -469,10 +472,7 @@ def export_csv(
     """
     rows = load_rows(results_dir, machine=machine)
     if out is None or str(out) == "-":
-        writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: getattr(row, k) for k in COLUMNS})
+        sys.stdout.write(csv_text(rows))
         sys.stdout.flush()
     else:
         write_csv(rows, out)

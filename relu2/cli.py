@@ -1,29 +1,49 @@
 """The ``relu2`` console script (also ``python -m relu2``): one subcommand per workflow.
 
-Heavy imports (torch, matplotlib, asv) happen inside the subcommands, so ``relu2 --help`` is instant.
+This module parses and dispatches.  The work lives in the modules named in each ``cmd_*``; heavy
+imports (torch, matplotlib, asv) happen there, so ``relu2 --help`` never imports torch.
+
+Exit codes: 0 success; 1 a finding (a disagreement, a failed cell, a regression); 2 unusable input
+(one line on stderr, nothing written); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
-DTYPE_NAMES = ("float32", "float16", "bfloat16")
+from relu2 import schema
+
+# Sizes above this are refused when parsing: no device holds 2 x 2^40 elements.
+MAX_NUMEL = 2**40
+SIZE_FORMS = "a positive number of elements: 4096, 2^20, 64K, 16M or 1G"
 
 
 def parse_size(text: str) -> int:
-    """'1024', '2^20', '4K', '16M' -> number of elements."""
+    """'1024', '2^20', '4K', '16M' -> number of elements, between 1 and 2^40."""
     t = text.strip().upper()
-    try:
-        if "^" in t:
-            base, exp = t.split("^")
-            return int(base) ** int(exp)
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:], 1)
-        return int(t[:-1] if scale > 1 else t) * scale
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 4096, 2^20, 64K, 16M)") from None
+    match = re.fullmatch(r"(\d+)\^(\d+)|(\d+)([KMG]?)", t)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use {SIZE_FORMS})")
+    if match.group(1) is not None:
+        numel = int(match.group(1)) ** int(match.group(2)) if int(match.group(2)) <= 64 else MAX_NUMEL + 1
+    else:
+        numel = int(match.group(3)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(4)]
+    if numel < 1:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} is {numel} elements (use {SIZE_FORMS})")
+    if numel > MAX_NUMEL:
+        raise argparse.ArgumentTypeError(f"size {text!r} is more than 2^40 elements: no device holds it")
+    return numel
+
+
+def _sizes(text: str) -> list[int]:
+    tokens = [s for s in text.split(",")]
+    if not any(s.strip() for s in tokens):
+        raise argparse.ArgumentTypeError(f"no sizes in {text!r} (use a comma-separated list of {SIZE_FORMS})")
+    return [parse_size(s) for s in tokens if s.strip()]
 
 
 def _csv_list(choices: Sequence[str] | None = None):
@@ -31,140 +51,106 @@ def _csv_list(choices: Sequence[str] | None = None):
         items = [s.strip() for s in text.split(",") if s.strip()]
         bad = [s for s in items if choices is not None and s not in choices]
         if bad or not items:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(choices or ())}; got {text!r}")
-        return items
+            expected = f"a comma-separated list of {', '.join(choices)}" if choices else "a comma-separated list"
+            raise argparse.ArgumentTypeError(f"expected {expected}; got {text!r}")
+        return list(dict.fromkeys(items))
 
     return parse
 
 
-def _sizes(text: str) -> list[int]:
-    return [parse_size(s) for s in text.split(",") if s.strip()]
+def _positive(kind: type):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        return value
+
+    return parse
 
 
-def _default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _hostname(device: str) -> str:
-    import socket
-
-    if device == "cuda":
-        import torch
-
-        return torch.cuda.get_device_name().replace(" ", "-").lower()
-    return socket.gethostname()
-
-
-def _git_commit() -> str:
-    import subprocess
-
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+def _fail(command: str, message: str) -> int:
+    print(f"relu2 {command}: {message}", file=sys.stderr)
+    return 2
 
 
 # --- subcommands ---------------------------------------------------------------------------------
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    import torch
+    from relu2 import machine, registry, timing
 
-    import relu2
-    from relu2 import timing
-    from relu2.machine import machine_info
-
-    device = args.device or _default_device()
-    for key, value in machine_info().items():
+    device = machine.resolve_device(args.device)
+    for key, value in machine.machine_info().items():
         print(f"{key:<12}{value}")
     print(f"{'device':<12}{device}")
     print(f"{'cache':<12}{timing.l2_bytes(device) / 2**20:.0f} MiB ({'L2' if device == 'cuda' else 'last-level'})")
     if not args.no_bandwidth:
-        print(f"{'copy':<12}{timing.copy_bandwidth(device):.0f} GB/s (device copy, bytes read + written)")
+        numel = max(schema.default_sizes(device))
+        gbps = timing.copy_bandwidth(device, numel)
+        print(f"{'copy':<12}{gbps:.0f} GB/s (the roofline: copy of {numel} bfloat16 elements, hot; "
+              "bytes read + written)")
     print("\nimplementations:")
-    for name, impl in relu2.implementations().items():
+    for name, impl in registry.implementations().items():
         why = impl.why_not(device)
-        state = "available" if not why else f"unavailable: {why.splitlines()[0][:200]}"
+        state = "available" if not why else f"{'BROKEN' if impl.broken else 'unavailable'}: {why.splitlines()[0][:200]}"
         print(f"  {name:<16}{state}")
-    del torch
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    import torch
+    from relu2 import machine, registry
+    from relu2.agreement import agreement_matrix
+    from relu2.report import format_matrix
 
-    import relu2
-    from relu2.inputs import agreement_cases
-
-    device = args.device or _default_device()
-    impls = relu2.implementations()
+    device = machine.resolve_device(args.device)
+    impls = registry.implementations()
     names = args.impl or [n for n, i in impls.items() if i.is_relu2]
     unknown = [n for n in names if n not in impls]
     if unknown:
-        print(f"relu2 check: unknown implementation(s): {', '.join(unknown)}; known: {', '.join(impls)}", file=sys.stderr)
-        return 2
-    failures: list[str] = []
-    print(f"agreement with the eager native path, bitwise, on {device}")
-    print(f"{'impl':<18}" + "".join(f"{d:<12}" for d in args.dtype))
-    for name in names:
-        impl = impls[name]
-        cells = []
-        for dtype_name in args.dtype:
-            if not impl.supports(device):
-                cells.append("n/a")
-                continue
-            bad = 0
-            for case in agreement_cases(getattr(torch, dtype_name), device):
-                try:
-                    relu2.check_agreement(impl, case.x)
-                except Exception as e:  # AgreementError, or the implementation crashed
-                    bad += 1
-                    failures.append(f"{name} {dtype_name} [{case.label}]: {e}")
-            cells.append("ok" if not bad else f"FAIL({bad})")
-        print(f"{name:<18}" + "".join(f"{c:<12}" for c in cells))
-    for name in names:
-        if not impls[name].supports(device):
-            print(f"  n/a {name}: {impls[name].why_not(device).splitlines()[0][:200]}")
-    for f in failures:
-        print(f"  FAIL {f}")
-    return 1 if failures else 0
+        return _fail("check", f"unknown implementation(s): {', '.join(unknown)}; known: {', '.join(impls)}")
+    not_relu2 = [n for n in names if not impls[n].is_relu2]
+    if not_relu2:
+        return _fail("check", f"{', '.join(not_relu2)} is a reference, not relu², and has no agreement to check")
+    named_absent = [n for n in (args.impl or []) if not impls[n].supports(device) and not impls[n].broken]
+    if named_absent:
+        reasons = "; ".join(f"{n}: {impls[n].why_not(device).splitlines()[0]}" for n in named_absent)
+        return _fail("check", f"cannot run here ({device}): {reasons}")
+    matrix = agreement_matrix(names, args.dtype, device)
+    print(format_matrix(matrix))
+    return 1 if matrix.failed else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    import torch
-
-    import relu2
-    from relu2 import plot, sweep
+    from relu2 import machine, plot, sweep
     from relu2.report import format_table
-    from relu2.results import ROOFLINE_IMPL, write_csv
+    from relu2.results import write_csv
+    from relu2.timing import Budget
 
-    device = args.device or _default_device()
-    if device == "cuda" and not torch.cuda.is_available():
-        print("relu2 sweep: --device cuda asked for, but torch.cuda.is_available() is False", file=sys.stderr)
-        return 2
-    known = relu2.implementations()
-    unknown = [n for n in (args.impl or []) if n not in known]
+    device = machine.resolve_device(args.device)
+    names = list(args.impl or sweep.registered_names())
+    if schema.ROOFLINE not in names:
+        names.append(schema.ROOFLINE)  # the roofline every figure is compared with
+    unknown = [n for n in names if n not in sweep.registered_names()]
     if unknown:
-        print(f"relu2 sweep: unknown implementation(s): {', '.join(unknown)}; known: {', '.join(known)}", file=sys.stderr)
-        return 2
-    names = args.impl or list(known)
-    if ROOFLINE_IMPL not in names:
-        names.append(ROOFLINE_IMPL)  # the roofline every figure is compared with
-    sizes = args.sizes or sweep.default_sizes(device)
-    cells = sweep.default_cells(names, args.dtype, sizes)
+        return _fail("sweep", f"unknown implementation(s): {', '.join(unknown)}; "
+                              f"known: {', '.join(sweep.registered_names())}")
+    sizes = args.sizes or schema.default_sizes(device)
+    cells = schema.grid_cells(names, args.dtype, sizes)
     if args.model_shapes:
-        cells += sweep.model_cells(names)
+        cells += schema.model_cells(names)
+    sweep.check_fits(cells, device)  # UsageError before anything runs
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    budget = Budget(samples=args.samples, sample_ms=args.sample_ms)
     print(f"relu2 sweep: {len(cells)} cells x {len(args.modes)} modes on {device}; writing {out}/", file=sys.stderr)
-    # Rows are checkpointed here input by input, so Ctrl-C (or a kill) loses at most the input
-    # being measured, and the same command run again measures only what is missing.
+    # Rows are checkpointed input by input, so Ctrl-C (or a kill) loses at most the input being
+    # measured, and the same command run again measures only what is missing.
     partial = out / "sweep.partial.csv"
     try:
-        rows = sweep.run_resumable(cells, args.modes, device, args.machine or _hostname(device), _git_commit(),
-                                   partial, progress=not args.no_progress)
+        rows = sweep.run_resumable(cells, args.modes, device, args.machine or machine.machine_name(device),
+                                   machine.git_commit(), partial, progress=not args.no_progress, budget=budget)
     except KeyboardInterrupt:
         kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
         print(f"\nrelu2 sweep: interrupted; {kept}. Run the same command again (same --out, commit and "
@@ -172,7 +158,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 130
     write_csv(rows, out / "sweep.csv")
     print(format_table(rows))
-    written = plot.plot_all(rows, out)
+    written = plot.plot_all(rows, out, repo=machine.repo_of(out))
     # Removed only now: were the table or the plots interrupted, a re-run still resumes at once.
     partial.unlink(missing_ok=True)
     print(f"\nwrote {out / 'sweep.csv'} and {len(written)} plot files in {out}/")
@@ -182,32 +168,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _load_rows(source: Path, machine: str | None, commit: str | None):
+def _load_rows(source: Path, machine_name: str | None):
     from relu2 import asv_results
     from relu2.results import read_csv
 
     if source.is_file():
         rows = read_csv(source)
-        if machine:
-            rows = [r for r in rows if r.machine == machine]
-        if commit:
-            rows = [r for r in rows if r.commit.startswith(commit)]
-        return rows
-    return asv_results.load_rows(source, machine=machine, commit=commit)
+        return [r for r in rows if r.machine == machine_name] if machine_name else rows
+    return asv_results.load_rows(source, machine=machine_name)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from relu2 import plot
+    from relu2 import machine, plot
 
     source = Path(args.source)
     if not source.exists():
-        print(f"relu2 plot: {source} does not exist", file=sys.stderr)
-        return 2
-    rows = _load_rows(source, args.machine, None)
+        return _fail("plot", f"{source} does not exist")
+    rows = _load_rows(source, args.machine)
     if not rows:
-        print(f"relu2 plot: no results in {source}", file=sys.stderr)
-        return 2
-    written = plot.plot_all(rows, Path(args.out), commit=args.commit)
+        return _fail("plot", f"no results in {source}")
+    commit = args.commit
+    if commit and not source.is_file():
+        from relu2.asv_results import resolve_commit
+
+        commit = resolve_commit(source, commit, args.machine)
+    elif commit:
+        commit = machine.git_resolve(commit, machine.repo_of(source)) or commit
+    written = plot.plot_all(rows, Path(args.out), commit=commit, repo=machine.repo_of(source))
     for path in written:
         print(path)
     return 0
@@ -251,65 +238,77 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 # --- parser --------------------------------------------------------------------------------------
 
+_DEVICE_HELP = "cpu or cuda (default: cuda when torch sees a GPU, else cpu)"
+
+
+def _add_device(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=("cpu", "cuda"), help=_DEVICE_HELP)
+
 
 def build_parser() -> argparse.ArgumentParser:
+    modes = ", ".join(f"{m.name} ({m.doc})" for m in schema.MODES)
     parser = argparse.ArgumentParser(
         prog="relu2",
         description="Benchmark and regression-track relu²(x) = relu(x)²: a fused kernel against eager "
-        "and torch.compile, agreement checked bitwise before every timing.",
+        "and torch.compile, agreement checked bitwise before every timing. Exit codes: 0 ok, 1 a finding "
+        "(disagreement, failed cell, regression), 2 unusable input, 130 interrupted.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("info", help="device, versions, cache size, copy bandwidth, implementations",
                        description="Show the device, library versions, L2 (or CPU last-level cache) size, the "
-                       "measured device-copy bandwidth, and which implementations are available here and why not.")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present, else cpu")
+                       "copy bandwidth the roofline uses, and which implementations are available here and why not.")
+    _add_device(p)
     p.add_argument("--no-bandwidth", action="store_true", help="skip the copy-bandwidth measurement")
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("check", help="the bitwise agreement matrix; exit 1 on any disagreement",
                        description="Run every implementation on the full input matrix (random normals mixed with "
                        "NaN, ±inf, ±0, subnormals, overflowing squares; odd sizes; sliced, transposed and offset "
-                       "views) and compare with torch.square(F.relu(x)) bit for bit. Exit 1 on any disagreement.")
+                       "views) and compare with torch.square(F.relu(x)) bit for bit. Exit 1 on any disagreement "
+                       "or when the project's own kernel cannot build; 2 when an implementation named with --impl "
+                       "cannot run here.")
     p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all relu² ones)")
-    p.add_argument("--dtype", type=_csv_list(DTYPE_NAMES), default=list(DTYPE_NAMES), help="default: all three")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present, else cpu")
+    p.add_argument("--dtype", type=_csv_list(schema.DTYPES), default=list(schema.DTYPES), help="default: all three")
+    _add_device(p)
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("sweep", help="agreement then timing over a grid of sizes; CSV, table and plots",
-                       description="For every implementation x dtype x size: check agreement on fresh inputs, "
-                       "then time it (hot: CUDA-graph replay, L2 warm; cold: inputs not cache-resident; launch: "
-                       "back-to-back eager calls). Writes DIR/sweep.csv (the columns of `relu2 export`) and plots, "
-                       "prints a table. Runs on the CPU when there is no GPU. Exit 1 if any cell failed agreement. "
-                       "Interrupted, it keeps what it measured in DIR/sweep.partial.csv; the same command again "
-                       "resumes.")
-    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when present, else cpu")
+                       description="For every implementation x dtype x size: check agreement on a fresh input, "
+                       f"then time it in each mode: {modes}. Writes DIR/sweep.csv (the columns of `relu2 export`) "
+                       "and plots, prints a table (! marks implausible figures). Runs on the CPU when there is no "
+                       "GPU. Exit 1 if any cell failed. Interrupted, it keeps what it measured in "
+                       "DIR/sweep.partial.csv; the same command again resumes.")
+    _add_device(p)
     p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all; copy always)")
-    p.add_argument("--dtype", type=_csv_list(DTYPE_NAMES), default=list(DTYPE_NAMES), help="default: all three")
-    p.add_argument("--sizes", type=_sizes, help="comma-separated numels, e.g. 2^10,2^16,16M "
-                   "(default: 2^10..2^28 every factor 4 on CUDA, up to 2^22 on CPU)")
-    p.add_argument("--modes", type=_csv_list(("hot", "cold", "launch")), default=["hot", "cold", "launch"],
-                   help="comma-separated timing modes (default: hot,cold,launch)")
+    p.add_argument("--dtype", type=_csv_list(schema.DTYPES), default=list(schema.DTYPES), help="default: all three")
+    p.add_argument("--sizes", type=_sizes, help=f"comma-separated numels, each {SIZE_FORMS} "
+                   "(default: 2^10..2^28 every factor 4 on CUDA, up to 2^22 on the CPU)")
+    p.add_argument("--modes", type=_csv_list(schema.MODE_NAMES), default=list(schema.MODE_NAMES),
+                   help=f"comma-separated timing modes (default: {','.join(schema.MODE_NAMES)})")
     p.add_argument("--model-shapes", action="store_true", help="also time (tokens x hidden) bf16 model shapes")
-    p.add_argument("--machine", default=None, help="machine name recorded in the CSV (default: hostname)")
+    p.add_argument("--samples", type=_positive(int), default=10, help="samples per figure (default: 10)")
+    p.add_argument("--sample-ms", type=_positive(float), default=5.0,
+                   help="milliseconds of calls per sample (default: 5)")
+    p.add_argument("--machine", default=None,
+                   help="machine name recorded in the CSV (default: the GPU's name on CUDA, else the hostname)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("plot", help="latency, bandwidth, speed-up and history plots",
+    p = sub.add_parser("plot", help="latency, bandwidth, speed-up, memory and history plots",
                        description="Plot latency vs size (with the memory floor), achieved GB/s (with the copy "
-                       "ceiling), speed-up over eager, and the history of cells across commits, as PNG and SVG, "
-                       "from an asv results directory or a sweep.csv.")
+                       "ceiling), speed-up over eager, GPU memory at the peak of a call, and the history of cells "
+                       "across commits, as PNG and SVG, from an asv results directory or a sweep.csv.")
     p.add_argument("source", help="asv results directory (e.g. results/) or a sweep.csv")
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--commit", help="commit (prefix) to plot; default: the latest")
-    p.add_argument("--machine", help="machine to plot; default: the only one, or all")
+    p.add_argument("--commit", help="commit to plot: a hash, a prefix or a git ref (main~1); default: the latest")
+    p.add_argument("--machine", help="machine to plot; default: the latest commit's")
     p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("export", help="asv results to a tidy CSV",
-                       description="Write the asv results under RESULTS_DIR as a tidy CSV (machine, commit, date, "
-                       "impl, dtype, numel, shape, mode, median_s, q25_s, q75_s, bytes, gbps, roofline_fraction, "
-                       "status, reason) to --out, or to stdout.")
+                       description="Write the asv results under RESULTS_DIR as a tidy CSV to --out, or to stdout. "
+                       "Columns: " + "; ".join(f"{c.name} ({c.doc})" for c in schema.COLUMNS) + ".")
     p.add_argument("results", metavar="RESULTS_DIR")
     p.add_argument("--out", help="CSV file to write (default: stdout)")
     p.add_argument("--machine", help="only this machine")
@@ -319,8 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Compare two commits' recorded asv results. Prints cells slower than "
                        "BASE by more than --factor (and significant by asv's statistics where samples exist) and "
                        "cells that newly fail. Exit 1 if there are any, 0 if none, 2 on unusable input.")
-    p.add_argument("base", metavar="BASE", help="base commit (hash or prefix)")
-    p.add_argument("head", metavar="HEAD", help="head commit (hash or prefix)")
+    p.add_argument("base", metavar="BASE", help="base commit: a hash, a prefix or a git ref (main~1, a tag)")
+    p.add_argument("head", metavar="HEAD", help="head commit: a hash, a prefix or a git ref (HEAD, a branch)")
     p.add_argument("--results", default="results", help="asv results directory (default: results)")
     p.add_argument("--machine", help="machine name (default: the only one)")
     p.add_argument("--factor", type=float, default=1.05, help="slow-down ratio that counts (default: 1.05)")
@@ -348,20 +347,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
-    from relu2.asv_results import ResultsError
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ResultsError as e:  # unusable results folder or file: the message names it
-        print(f"relu2 {args.command}: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
-    except (OSError, ValueError) as e:  # a bad path or a malformed file: say which, no traceback
-        print(f"relu2 {args.command}: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:  # noqa: BLE001  unusable input: one line, no traceback (see _is_usage_error)
+        if not _is_usage_error(e):
+            raise
+        return _fail(args.command, str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+
+
+def _is_usage_error(e: BaseException) -> bool:
+    """A bad path, a malformed or unreadable file, a device or size that is not here: exit 2, one line."""
+    if isinstance(e, (OSError, ValueError)):  # relu2.machine.UsageError is a ValueError
+        return True
+    if "relu2.asv_results" in sys.modules:
+        from relu2.asv_results import ResultsError
+
+        return isinstance(e, ResultsError)
+    return False
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from relu2.asv_results import Cell, ResultsError, commit_dates, iso_date, load_cells, machines, resolve_commit
+from relu2.asv_results import Record, ResultsError, commit_dates, iso_date, load_records, machines, resolve_commit
 
 
 class GateInputError(ResultsError):
@@ -131,7 +131,7 @@ def _table(title: str, changes: list[Change]) -> list[str]:
     return out
 
 
-def is_significant(base: Cell, head: Cell) -> bool:
+def is_significant(base: Record, head: Record) -> bool:
     """asv's own test of whether two ok cells differ; True when there are no statistics to test with."""
     from asv import _stats
 
@@ -142,7 +142,7 @@ def is_significant(base: Cell, head: Cell) -> bool:
     return bool(_stats.is_different(base.samples, head.samples, base.stats, head.stats))
 
 
-def compare_cells(base: dict[Any, Cell], head: dict[Any, Cell], factor: float) -> dict[str, list]:
+def compare_cells(base: dict[Any, Record], head: dict[Any, Record], factor: float) -> dict[str, list]:
     """Sort the cells of two commits into regressions, new failures, improvements, new skips, missing."""
     out: dict[str, list] = {"regressions": [], "new_failures": [], "improvements": [], "new_skips": [],
                             "missing": []}
@@ -152,7 +152,7 @@ def compare_cells(base: dict[Any, Cell], head: dict[Any, Cell], factor: float) -
             out["missing"].append(b.label())
             continue
 
-        def change(significant: bool, b: Cell = b, h: Cell = h) -> Change:
+        def change(significant: bool, b: Record = b, h: Record = h) -> Change:
             return Change(label=b.label(), benchmark=b.benchmark, params=b.params, unit=b.unit,
                           base=b.value, head=h.value, significant=significant)
 
@@ -171,7 +171,7 @@ def compare_cells(base: dict[Any, Cell], head: dict[Any, Cell], factor: float) -
     return out
 
 
-def _by_key(cells: list[Cell]) -> dict[Any, Cell]:
+def _by_key(cells: list[Record]) -> dict[Any, Record]:
     # When one commit has results from several environments, the most recently run one wins.
     return {c.key: c for c in sorted(cells, key=lambda c: c.started_at)}
 
@@ -212,8 +212,8 @@ def gate(
     try:
         base_full = resolve_commit(results_dir, base, m)
         head_full = resolve_commit(results_dir, head, m)
-        base_cells = load_cells(results_dir, m, base_full)
-        head_cells = load_cells(results_dir, m, head_full)
+        base_cells = load_records(results_dir, m, base_full)
+        head_cells = load_records(results_dir, m, head_full)
         dates = commit_dates(results_dir, m)
     except GateInputError:
         raise

@@ -7,7 +7,25 @@ from typing import Iterator
 
 import torch
 
-DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+from relu2 import schema
+
+
+def dtype_of(dtype: torch.dtype | str) -> torch.dtype:
+    """A torch dtype from itself or its name ("bfloat16", "torch.bfloat16")."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    found = getattr(torch, str(dtype).removeprefix("torch."), None)
+    if not isinstance(found, torch.dtype):
+        raise ValueError(f"not a torch dtype: {dtype!r}")
+    return found
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    """The short name of a dtype, as results store it: "bfloat16"."""
+    return str(dtype_of(dtype)).removeprefix("torch.")
+
+
+DTYPES: tuple[torch.dtype, ...] = tuple(dtype_of(name) for name in schema.DTYPES)
 
 
 def special_values(dtype: torch.dtype) -> torch.Tensor:

@@ -1,19 +1,125 @@
-"""What a result was measured with: GPU, driver, CUDA, torch and triton versions.
+"""Where a measurement runs and what it was measured with: device, machine name, git, versions.
 
 ``machine_info()`` feeds the extra keys of ``~/.asv-machine.json`` (asv copies them into every
 result) and ``relu2 info``.  Every value is a string; "none" means absent, "unknown" unreadable.
+torch is imported inside the functions that need it: this module is on ``relu2 --help``'s path.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
-
-import torch
+from typing import Iterable
 
 _DRIVER_FILE = Path("/proc/driver/nvidia/version")
+
+
+# --- the device -----------------------------------------------------------------------------------
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def default_device() -> str:
+    """"cuda" when a GPU is visible, else "cpu"."""
+    return "cuda" if cuda_available() else "cpu"
+
+
+class UsageError(ValueError):
+    """Input this machine cannot serve (a device that is not here, a size that does not fit): one line."""
+
+
+class DeviceError(UsageError):
+    """The device asked for is not here; the message says so in one line."""
+
+
+def resolve_device(asked: str | None) -> str:
+    """``asked`` ("cpu", "cuda") or the default; DeviceError when CUDA is asked for and absent."""
+    if asked is None:
+        return default_device()
+    if asked == "cuda" and not cuda_available():
+        raise DeviceError("--device cuda asked for, but torch.cuda.is_available() is False on this machine")
+    return asked
+
+
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0)
+
+
+def machine_name(device: str) -> str:
+    """The name results are recorded under: the GPU's name on CUDA ("nvidia-h200"), else the hostname."""
+    if device == "cuda":
+        return gpu_name().replace(" ", "-").lower()
+    return socket.gethostname()
+
+
+def device_memory_bytes(device: str) -> int:
+    """Memory a tensor can live in: the GPU's total memory, or the host's physical memory."""
+    if device == "cuda":
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+# --- git ------------------------------------------------------------------------------------------
+
+
+def _git(args: list[str], repo: str | os.PathLike | None = None) -> str | None:
+    """stdout of ``git -C repo ARGS`` stripped, or None when git fails or is absent."""
+    command = ["git"] + (["-C", str(repo)] if repo is not None else []) + args
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_commit(repo: str | os.PathLike | None = None) -> str:
+    """The full hash of HEAD, or "unknown" outside a git checkout."""
+    return _git(["rev-parse", "HEAD"], repo) or "unknown"
+
+
+def git_resolve(ref: str, repo: str | os.PathLike | None = None) -> str | None:
+    """The full hash a git ref names (``main~1``, ``HEAD``, a tag, a branch, a prefix); None if git cannot."""
+    if not ref or ref.startswith("-"):
+        return None
+    return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo)
+
+
+def repo_of(path: str | os.PathLike) -> Path | None:
+    """The root of the git checkout holding ``path`` (a file or folder), or None."""
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    top = _git(["rev-parse", "--show-toplevel"], folder if folder.exists() else None)
+    return Path(top) if top else None
+
+
+def git_order(hashes: Iterable[str], repo: str | os.PathLike | None) -> dict[str, int]:
+    """Each hash's position in ``git rev-list --topo-order`` (parents first) of ``repo``; {} without one.
+
+    Commit dates have one-second resolution, so two commits made in the same second tie; the
+    repository's graph says which came first.  ``repo`` is the checkout the results belong to
+    (never the current directory, which would make the order depend on where the command runs).
+    """
+    if repo is None:
+        return {}
+    out = _git(["rev-list", "--topo-order", "--reverse", "--all"], repo)
+    if out is None:
+        return {}
+    rank = {h: i for i, h in enumerate(out.split())}
+    return {h: rank[h] for h in hashes if h in rank}
+
+
+# --- versions -------------------------------------------------------------------------------------
 
 
 def nvidia_driver_version() -> str:
@@ -48,9 +154,11 @@ def _distribution_version(*names: str) -> str:
 
 def machine_info() -> dict[str, str]:
     """gpu, driver, cuda, torch and triton of this machine, as strings."""
+    import torch
+
     cuda = torch.cuda.is_available()
     return {
-        "gpu": torch.cuda.get_device_name(0) if cuda else "none",
+        "gpu": gpu_name() if cuda else "none",
         "driver": nvidia_driver_version() if cuda else "none",
         "cuda": torch.version.cuda or "none",
         "torch": torch.__version__,

@@ -6,15 +6,15 @@ left out (the history plot marks them on the axis).  The size plots use the grid
 ``(numel // 4096, 4096)`` or ``(numel,)``): model-shape rows sit at other sizes and would zig-zag
 the lines; when there are no grid rows, all rows are used.
 
-Styles are fixed per implementation (colour and marker, Okabe-Ito palette, legible in greyscale);
-line style is the timing mode.  Legends sit outside the axes.
+Styles come from ``relu2.schema``: colour and marker per implementation, line style per timing
+mode.  Legends sit outside the axes.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -26,24 +26,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
 
-from relu2.asv_results import git_order  # noqa: E402
-from relu2.results import ROOFLINE_IMPL, Row  # noqa: E402
+from relu2.results import Row, atomic_write_text  # noqa: E402
+from relu2.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape  # noqa: E402
+from relu2.schema import mode as mode_of  # noqa: E402
 
-IMPL_ORDER = ("eager", "compile", "compile_dynamic", "fused", "triton", "copy")
-IMPL_STYLE: dict[str, tuple[str, str]] = {  # colour, marker
-    "eager": ("#D55E00", "o"),
-    "compile": ("#56B4E9", "s"),
-    "compile_dynamic": ("#0072B2", "D"),
-    "fused": ("#009E73", "^"),
-    "triton": ("#CC79A7", "v"),
-    "copy": ("#666666", "."),
-}
-_EXTRA_COLOURS = ("#E69F00", "#F0E442", "#000000", "#882255", "#44AA99", "#999933")
-MODE_STYLE = {"hot": "-", "cold": "--", "launch": ":"}
-MODE_LABEL = {"hot": "hot (kernel time, L2 warm)", "cold": "cold (kernel time, L2 cold)",
-              "launch": "launch (eager calls, wall clock)"}
-DTYPE_ORDER = ("float32", "float16", "bfloat16")
-BASELINE = "eager"
 DPI = 150
 
 # ---------------------------------------------------------------------------------------------
@@ -57,9 +43,7 @@ def ok_rows(rows: Iterable[Row]) -> list[Row]:
 
 def is_grid_row(row: Row) -> bool:
     """True for the size-grid cells, whose shape follows from numel alone."""
-    from relu2.asv_results import grid_shape
-
-    return row.shape == grid_shape(row.numel)
+    return is_grid_shape(row.numel, row.shape)
 
 
 def size_rows(rows: Iterable[Row]) -> list[Row]:
@@ -91,24 +75,6 @@ def select_commit(rows: Sequence[Row], commit: str | None = None, machine: str |
         return [r for r in picked if r.machine == m]
     m, c = latest_commit(rows)
     return [r for r in rows if r.machine == m and r.commit == c]
-
-
-def impl_order(impls: Iterable[str]) -> list[str]:
-    """Built-ins in their usual order, then any others alphabetically."""
-    impls = set(impls)
-    return [i for i in IMPL_ORDER if i in impls] + sorted(impls - set(IMPL_ORDER))
-
-
-def dtype_order(dtypes: Iterable[str]) -> list[str]:
-    dtypes = set(dtypes)
-    return [d for d in DTYPE_ORDER if d in dtypes] + sorted(dtypes - set(DTYPE_ORDER))
-
-
-def impl_style(impl: str) -> tuple[str, str]:
-    """``(colour, marker)`` of an implementation; unknown ones get a stable colour from the spare list."""
-    if impl in IMPL_STYLE:
-        return IMPL_STYLE[impl]
-    return _EXTRA_COLOURS[sum(map(ord, impl)) % len(_EXTRA_COLOURS)], "P"
 
 
 def size_label(numel: float) -> str:
@@ -148,7 +114,7 @@ def series(rows: Iterable[Row], value: Callable[[Row], float]) -> list[tuple[int
 
 def copy_ceiling_gbps(rows: Iterable[Row], dtype: str | None = None) -> float | None:
     """copy's achieved GB/s at its largest size (hot mode preferred): the practical bandwidth ceiling."""
-    copies = [r for r in ok_rows(rows) if r.impl == ROOFLINE_IMPL and (dtype is None or r.dtype == dtype)]
+    copies = [r for r in ok_rows(rows) if r.impl == ROOFLINE and (dtype is None or r.dtype == dtype)]
     if not copies:
         return None
     largest = max(r.numel for r in copies)
@@ -175,14 +141,9 @@ def _save(fig, out_dir: str | os.PathLike, stem: str) -> list[Path]:
     written = []
     for fmt in ("png", "svg"):
         target = out / f"{stem}.{fmt}"
-        fd, tmp = tempfile.mkstemp(prefix=f".{stem}.", suffix=f".{fmt}.tmp", dir=out)
-        os.close(fd)
-        try:
-            fig.savefig(tmp, format=fmt, dpi=DPI, bbox_inches="tight")
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=DPI, bbox_inches="tight")
+        atomic_write_text(target, buf.getvalue())
         written.append(target)
     plt.close(fig)
     return written
@@ -213,8 +174,9 @@ def _panels(n: int, sharey: bool = True):
 
 def _legend(fig, impls: Sequence[str], modes: Sequence[str], extra: Sequence[Line2D] = ()) -> None:
     """One legend for the whole figure, right of the panels: colours are impls, line styles modes."""
-    handles = [Line2D([], [], color=impl_style(i)[0], marker=impl_style(i)[1], linestyle="-", label=i) for i in impls]
-    handles += [Line2D([], [], color="black", linestyle=MODE_STYLE[m], label=MODE_LABEL[m]) for m in modes]
+    handles = [Line2D([], [], color=impl_style(i).colour, marker=impl_style(i).marker, linestyle="-", label=i)
+               for i in impls]
+    handles += [Line2D([], [], color="black", linestyle=mode_of(m).linestyle, label=mode_of(m).label) for m in modes]
     handles += list(extra)
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
 
@@ -224,14 +186,14 @@ def _draw_lines(ax, rows: Sequence[Row], modes: Sequence[str], value: Callable[[
     for impl in impl_order(r.impl for r in rows):
         if impl in skip:
             continue
-        colour, marker = impl_style(impl)
-        for mode in modes:
-            pts = series((r for r in rows if r.impl == impl and r.mode == mode), value)
+        colour, marker = impl_style(impl).colour, impl_style(impl).marker
+        for m in modes:
+            pts = series((r for r in rows if r.impl == impl and r.mode == m), value)
             if not pts:
                 continue
             xs = [p[0] for p in pts]
             ax.plot(xs, [p[1] for p in pts], color=colour, marker=marker, markersize=4,
-                    linestyle=MODE_STYLE[mode], linewidth=1.4)
+                    linestyle=mode_of(m).linestyle, linewidth=1.4)
             if band is not None:
                 lo_hi = [band(p[2]) for p in pts]
                 ax.fill_between(xs, [b[0] for b in lo_hi], [b[1] for b in lo_hi], color=colour, alpha=0.18,
@@ -321,11 +283,12 @@ def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Seque
 
 
 def speedups(rows: Sequence[Row]) -> list[tuple[Row, float]]:
-    """``(row, eager median ÷ row median)`` for every ok row whose eager twin (same dtype/shape/mode) is ok."""
+    """``(row, baseline median ÷ row median)`` for every ok non-baseline row whose baseline twin is ok."""
+    from relu2.report import speedups as by_id
+
     rows = ok_rows(rows)
-    eager = {(r.dtype, r.shape, r.mode): r.median_s for r in rows if r.impl == BASELINE}
-    return [(r, eager[(r.dtype, r.shape, r.mode)] / r.median_s) for r in rows
-            if r.impl != BASELINE and (r.dtype, r.shape, r.mode) in eager]
+    ratio = by_id(rows)
+    return [(r, ratio[id(r)]) for r in rows if r.impl != BASELINE and id(r) in ratio]
 
 
 def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "launch"),
@@ -348,7 +311,7 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
     for ax, dtype in zip(axes, dtypes):
         sub = [r for r in srows if r.dtype == dtype]
         _draw_lines(ax, sub, modes, lambda r: value[id(r)])
-        ax.axhline(1.0, color=impl_style(BASELINE)[0], linewidth=1.0)
+        ax.axhline(1.0, color=impl_style(BASELINE).colour, linewidth=1.0)
         _size_axis(ax, (r.numel for r in sub))
         ax.set_yscale("log", base=2)
         # Ticks at 2^k and 1.5 x 2^k: log2 alone leaves only two or three labels.
@@ -357,16 +320,50 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
         ax.yaxis.set_minor_locator(NullLocator())
         ax.grid(True, which="major", axis="y", alpha=0.3)
         ax.set_title(dtype)
-    axes[0].set_ylabel("speed-up over eager (×, higher is better)")
-    fig.suptitle(title_of("speed-up over eager", srows))
-    extra = [Line2D([], [], color=impl_style(BASELINE)[0], linewidth=1.0, label="eager = 1×")]
+    axes[0].set_ylabel(f"speed-up over {BASELINE} (×, higher is better)")
+    fig.suptitle(title_of(f"speed-up over {BASELINE}", srows))
+    extra = [Line2D([], [], color=impl_style(BASELINE).colour, linewidth=1.0, label=f"{BASELINE} = 1×")]
     _legend(fig, impl_order(r.impl for r in srows), modes, extra)
     fig.tight_layout()
     return _save(fig, out_dir, stem)
 
 
+def plot_memory(rows: Sequence[Row], out_dir: str | os.PathLike, stem: str = "memory") -> list[Path]:
+    """GPU memory allocated at the peak of one call, as a multiple of the input's bytes, vs numel.
+
+    A kernel that writes only its output sits at 1x (the output is as large as the input); eager's
+    intermediate relu(x) shows as 2x.  [] when no row carries a peak (CPU runs).
+    """
+    rows = [r for r in size_rows(ok_rows(rows)) if math.isfinite(r.peak_bytes) and r.peak_bytes > 0]
+    per_cell: dict[tuple, Row] = {}
+    for r in rows:  # one figure per cell: the peak does not depend on the timing mode
+        per_cell.setdefault((r.impl, r.dtype, r.numel), r)
+    rows = list(per_cell.values())
+    if not rows:
+        return []
+    dtypes = dtype_order(r.dtype for r in rows)
+    fig, axes = _panels(len(dtypes))
+    for ax, dtype in zip(axes, dtypes):
+        sub = [r for r in rows if r.dtype == dtype]
+        for impl in impl_order(r.impl for r in sub):
+            pts = series((r for r in sub if r.impl == impl), lambda r: r.peak_bytes / (r.bytes / 2))
+            style = impl_style(impl)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], color=style.colour, marker=style.marker,
+                    markersize=4, linewidth=1.4)
+        _size_axis(ax, (r.numel for r in sub))
+        ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.grid(True, which="major", axis="y", alpha=0.3)
+        ax.set_title(dtype)
+    axes[0].set_ylabel("peak memory of one call\n(× the input's bytes)")
+    fig.suptitle(title_of("GPU memory at the peak of one call", rows))
+    _legend(fig, impl_order(r.impl for r in rows), [])
+    fig.tight_layout()
+    return _save(fig, out_dir, stem)
+
+
 def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: str,
-                 out_dir: str | os.PathLike, stem: str | None = None) -> list[Path]:
+                 out_dir: str | os.PathLike, stem: str | None = None, repo: str | os.PathLike | None = None) -> list[Path]:
     """One cell across commits: median (µs) with IQR error bars, commits in date (then git) order.
 
     Grid rows are preferred when a model-shape row has the same numel.  Failed or skipped commits
@@ -378,7 +375,9 @@ def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: s
         return []
     machine = max(groups(cell, "machine").items(), key=lambda kv: len(kv[1]))[0][0]
     cell = [r for r in cell if r.machine == machine]
-    order = git_order({r.commit for r in cell})  # same-second commits: the graph decides
+    from relu2.machine import git_order
+
+    order = git_order({r.commit for r in cell}, repo)  # same-second commits: the repo's graph decides
     cell.sort(key=lambda r: (r.date, order.get(r.commit, -1), r.commit))
     by_commit: dict[str, Row] = {}
     for r in cell:  # one figure per commit; an ok figure beats a failed one
@@ -387,7 +386,7 @@ def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: s
     points = list(by_commit.values())
     if not any(p.status == "ok" for p in points):
         return []
-    colour, marker = impl_style(impl)
+    colour, marker = impl_style(impl).colour, impl_style(impl).marker
     fig, ax = plt.subplots(figsize=(max(6.5, 0.9 * len(points) + 2.5), 4.2))
     xs = list(range(len(points)))
     ok = [(x, p) for x, p in zip(xs, points) if p.status == "ok" and math.isfinite(p.median_s)]
@@ -395,7 +394,7 @@ def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: s
     yerr = [[max(0.0, (p.median_s - p.q25_s) * 1e6) for _, p in ok],
             [max(0.0, (p.q75_s - p.median_s) * 1e6) for _, p in ok]]
     ax.errorbar([x for x, _ in ok], med, yerr=yerr, color=colour, marker=marker, markersize=6, capsize=4,
-                linestyle=MODE_STYLE.get(mode, "-"), linewidth=1.4)
+                linestyle=mode_of(mode).linestyle, linewidth=1.4)
     for x, p in zip(xs, points):
         if p.status != "ok":
             ax.annotate(p.status, (x, 0), xycoords=("data", "axes fraction"), xytext=(0, 6),
@@ -426,15 +425,17 @@ def history_cells(rows: Sequence[Row]) -> list[tuple[str, str, int, str]]:
     mode = "hot" if any(r.mode == "hot" for r in good) else sorted({r.mode for r in good})[0]
     sub = [r for r in good if r.dtype == dtype and r.mode == mode]
     numel = max(r.numel for r in sub)
-    impls = impl_order(r.impl for r in sub if r.numel == numel and r.impl != ROOFLINE_IMPL)
+    impls = impl_order(r.impl for r in sub if r.numel == numel and r.impl != ROOFLINE)
     return [(impl, dtype, numel, mode) for impl in impls]
 
 
-def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None = None) -> list[Path]:
-    """Latency, bandwidth and speed-up at one commit (default: the latest), plus per-impl history.
+def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None = None,
+             repo: str | os.PathLike | None = None) -> list[Path]:
+    """Latency, bandwidth, speed-up and peak memory at one commit (default: the latest), plus history.
 
-    Returns every file written (PNG and SVG); [] when no row has a usable figure.  Raises
-    ValueError for a ``commit`` prefix matching no row or several commits.
+    ``repo`` is the git checkout the rows belong to (it orders same-second commits).  Returns every
+    file written (PNG and SVG); [] when no row has a usable figure.  Raises ValueError for a
+    ``commit`` prefix matching no row or several commits.
     """
     if not ok_rows(rows):
         return []
@@ -443,8 +444,9 @@ def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None
     written += plot_latency(at, out_dir)
     written += plot_bandwidth(at, out_dir)
     written += plot_speedup(at, out_dir)
+    written += plot_memory(at, out_dir)
     machine = at[0].machine
     mine = [r for r in rows if r.machine == machine]
     for impl, dtype, numel, mode in history_cells(mine):
-        written += plot_history(mine, impl, dtype, numel, mode, out_dir)
+        written += plot_history(mine, impl, dtype, numel, mode, out_dir, repo=repo)
     return written

@@ -1,44 +1,86 @@
-"""The table printed at the end of a sweep: one line per figure, readable in a terminal."""
+"""What the commands print: the sweep's table and the agreement matrix, readable in a terminal.
+
+The table's figure columns are the ``relu2.schema.COLUMNS`` that have a ``header``; speed-up over the
+baseline is computed here, across rows.
+"""
 
 from __future__ import annotations
 
-import math
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from relu2.results import Row
+from relu2.schema import BASELINE, COLUMNS, FLAG_DOCS, format_seconds
+
+if TYPE_CHECKING:
+    from relu2.agreement import Matrix
+    from relu2.results import Row
+
+__all__ = ["format_matrix", "format_seconds", "format_table", "speedups"]
+
+_KEY_WIDTHS = (("impl", 16), ("dtype", 10), ("shape", 14), ("mode", 8))
+_SHOWN = tuple(c for c in COLUMNS if c.header and c.name != "flags")
+_WIDTH = 11
 
 
-def _speedup_over_eager(rows: list[Row]) -> dict[tuple, float]:
-    eager = {(r.dtype, r.shape, r.mode): r.median_s for r in rows if r.impl == "eager" and r.status == "ok"}
+def speedups(rows: Iterable["Row"]) -> dict[int, float]:
+    """id(row) -> baseline median / row median, for ok rows whose baseline twin (dtype, shape, mode) is ok."""
+    rows = list(rows)
+    base = {(r.dtype, r.shape, r.mode): r.median_s for r in rows if r.impl == BASELINE and r.status == "ok"}
     return {
-        id(r): eager[(r.dtype, r.shape, r.mode)] / r.median_s
+        id(r): base[(r.dtype, r.shape, r.mode)] / r.median_s
         for r in rows
-        if r.status == "ok" and (r.dtype, r.shape, r.mode) in eager and r.median_s > 0
+        if r.status == "ok" and (r.dtype, r.shape, r.mode) in base and r.median_s > 0
     }
 
 
-def format_table(rows: Iterable[Row]) -> str:
-    """Median, GB/s, % of copy and speed-up over eager per figure; failed and skipped cells with their reason."""
+def format_table(rows: Iterable["Row"]) -> str:
+    """One line per figure: the schema's shown columns, speed-up over the baseline, and flags (!).
+
+    Failed and skipped figures show their reason instead; a legend explains any flag shown.
+    """
     rows = list(rows)
-    speedup = _speedup_over_eager(rows)
-    header = f"{'impl':<16}{'dtype':<10}{'shape':<14}{'mode':<8}{'median':>12}{'GB/s':>9}{'% copy':>8}{'vs eager':>9}"
+    speedup = speedups(rows)
+    vs = f"vs {BASELINE}"
+    header = "".join(f"{name:<{w}}" for name, w in _KEY_WIDTHS)
+    header += "".join(f"{c.header:>{_WIDTH}}" for c in _SHOWN) + f"{vs:>{_WIDTH}}  flags"
     lines = [header, "-" * len(header)]
+    seen_flags: set[str] = set()
     for r in rows:
-        left = f"{r.impl:<16}{r.dtype:<10}{r.shape:<14}{r.mode:<8}"
+        left = "".join(f"{getattr(r, name):<{w}}" for name, w in _KEY_WIDTHS)
         if r.status != "ok":
-            lines.append(f"{left}{r.status.upper():>12}  {r.reason.splitlines()[0][:70] if r.reason else ''}")
+            reason = r.reason.splitlines()[0][:90] if r.reason else ""
+            lines.append(f"{left}{r.status.upper():>{_WIDTH}}  {reason}")
             continue
-        pct = f"{100 * r.roofline_fraction:.0f}%" if not math.isnan(r.roofline_fraction) else "-"
-        vs = f"{speedup[id(r)]:.2f}x" if id(r) in speedup else "-"
-        lines.append(f"{left}{format_seconds(r.median_s):>12}{r.gbps:>9.1f}{pct:>8}{vs:>9}")
+        figures = "".join(f"{c.format(getattr(r, c.name)):>{_WIDTH}}" for c in _SHOWN)
+        ratio = f"{speedup[id(r)]:.2f}x" if id(r) in speedup else "-"
+        flags = f"  ! {r.flags}" if r.flags else ""
+        seen_flags.update(f for f in r.flags.split(";") if f)
+        lines.append(f"{left}{figures}{ratio:>{_WIDTH}}{flags}")
+    for flag in sorted(seen_flags):
+        lines.append(f"! {flag}: {FLAG_DOCS.get(flag, 'see relu2.schema.FLAG_DOCS')}")
     return "\n".join(lines)
 
 
-def format_seconds(s: float) -> str:
-    """Seconds in the unit that reads best: ns, µs, ms or s."""
-    if math.isnan(s):
-        return "nan"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s / 1e-9:.3g} ns"
+def format_matrix(matrix: "Matrix") -> str:
+    """``relu2 check``'s output: the matrix, then why some could not run, then every failing case."""
+    lines = [f"agreement with the eager native path, bitwise, on {matrix.device}",
+             f"{'impl':<18}" + "".join(f"{d:<12}" for d in matrix.dtypes)]
+    verdicts: dict[str, list[str]] = {}
+    for entry in matrix.entries:
+        verdicts.setdefault(entry.impl, []).append(entry.verdict)
+    for impl, cells in verdicts.items():
+        lines.append(f"{impl:<18}" + "".join(f"{c:<12}" for c in cells))
+    for impl, why in matrix.not_here.items():
+        lines.append(f"  n/a {impl}: {why.splitlines()[0][:200]}")
+    for impl, why in matrix.broken.items():
+        lines.append(f"  FAIL {impl}: cannot run: {_tail(why)}")
+    for entry in matrix.entries:
+        lines += [f"  FAIL {entry.impl} {entry.dtype} {f}" for f in entry.failures]
+    return "\n".join(lines)
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    """A build error's first line and its last lines (where the compiler says what is wrong)."""
+    parts = text.strip().splitlines()
+    if len(parts) <= lines + 1:
+        return "\n    ".join(parts)
+    return "\n    ".join([parts[0], "..."] + parts[-lines:])

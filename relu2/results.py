@@ -1,103 +1,156 @@
-"""The tidy result row shared by ``relu2 sweep``, ``relu2 export``, the plots and the gate, and its CSV file."""
+"""The tidy result row shared by ``relu2 sweep``, ``relu2 export``, the plots and the gate, and its CSV file.
+
+``Row`` is generated from ``relu2.schema.COLUMNS``, and ``make_row`` is the one place a row is built:
+the sweep and the asv reader both call it, so a derived metric is computed the same way for both.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
+import math
 import os
 import tempfile
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, field, make_dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
-STATUSES = ("ok", "failed", "skipped")
-ROOFLINE_IMPL = "copy"  # the implementation every figure's roofline_fraction is measured against
-MODES = ("hot", "cold", "launch")
+from relu2.schema import COLUMN_NAMES, COLUMNS, ROOFLINE, derive
+
+Row = make_dataclass(
+    "Row",
+    [(c.name, c.kind) if c.required else (c.name, c.kind, field(default=c.default)) for c in COLUMNS],
+    frozen=True,
+    kw_only=True,
+)
+Row.__module__ = __name__
+Row.__doc__ = ("One figure: one implementation on one input in one timing mode, on one machine at one commit. "
+               "Fields are relu2.schema.COLUMNS; times are seconds; a failed or skipped figure has NaN times "
+               "and the reason.")
+
+_NAN = float("nan")
 
 
-@dataclass(frozen=True)
-class Row:
-    """One figure: one implementation on one input in one timing mode, on one machine at one commit.
+def make_row(
+    *, machine: str, commit: str, date: str, impl: str, dtype: str, numel: int, shape: str, mode: str,
+    status: str, reason: str = "", median_s: float = _NAN, q25_s: float = _NAN, q75_s: float = _NAN,
+    copy_median_s: float = _NAN, **measured: Any,
+) -> Row:
+    """A Row from what was measured; every derived column comes from ``relu2.schema.derive``.
 
-    Times are seconds.  ``bytes`` is what relu² must move (2 x numel x itemsize); ``gbps`` is
-    bytes / median; ``roofline_fraction`` is the copy implementation's median over this median,
-    both from the same run (1.0 means as fast as a device copy of the same bytes).  A failed or
-    skipped figure has status "failed"/"skipped", NaN times and the reason.
+    ``copy_median_s`` is the roofline's median for the same input and mode in the same run (NaN
+    when there is none).  ``measured`` holds optional measured columns (``peak_bytes``).
     """
-
-    machine: str
-    commit: str
-    date: str  # ISO 8601
-    impl: str
-    dtype: str  # "float32", "float16", "bfloat16"
-    numel: int
-    shape: str  # "4096x4096"
-    mode: str  # hot | cold | launch
-    median_s: float
-    q25_s: float
-    q75_s: float
-    bytes: int
-    gbps: float
-    roofline_fraction: float
-    status: str
-    reason: str = ""
+    if status != "ok":
+        median_s = q25_s = q75_s = _NAN
+    values = dict(machine=machine, commit=commit, date=date, impl=impl, dtype=dtype, numel=numel, shape=shape,
+                  mode=mode, median_s=median_s, q25_s=q25_s, q75_s=q75_s, status=status, reason=reason,
+                  copy_median_s=copy_median_s, **measured)
+    derive(values)
+    del values["copy_median_s"]
+    return Row(**values)
 
 
-COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Row))
-_INT_COLUMNS = {"numel", "bytes"}
-_FLOAT_COLUMNS = {"median_s", "q25_s", "q75_s", "gbps", "roofline_fraction"}
+def copy_medians(rows: Iterable[Row]) -> dict[tuple, float]:
+    """(machine, commit, dtype, shape, mode) -> the roofline's median, from the ok copy rows."""
+    return {(r.machine, r.commit, r.dtype, r.shape, r.mode): r.median_s
+            for r in rows if r.impl == ROOFLINE and r.status == "ok"}
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so a crash never leaves half a file."""
+def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` through a temporary file and a rename, so a crash never
+    leaves half a file.  The file gets the mode a plain open() would give it; errors name ``path``,
+    never the temporary file.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     umask = os.umask(0)  # mkstemp makes the file owner-only; give it the mode a plain open() would
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else
+              os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def write_csv(rows: Iterable[Row], path: str | os.PathLike) -> None:
-    """Write rows as a CSV with the ``COLUMNS`` header, atomically."""
-    import io
-
+def csv_text(rows: Iterable[Row]) -> str:
+    """Rows as CSV text with the ``COLUMN_NAMES`` header."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=COLUMN_NAMES, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow(asdict(row))
-    atomic_write_text(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def write_csv(rows: Iterable[Row], path: str | os.PathLike) -> None:
+    """Write rows as a CSV with the ``COLUMN_NAMES`` header, atomically."""
+    atomic_write_text(path, csv_text(rows))
 
 
 def read_csv(path: str | os.PathLike) -> list[Row]:
-    """Rows from a CSV written by ``write_csv``; ValueError naming the file when it is not one."""
+    """Rows from a CSV written by ``write_csv``, or by an older relu2 with fewer columns.
+
+    A missing column with a default is filled with it; a missing derived column is derived again.
+    ValueError naming the file when it is not a results CSV.
+    """
     path = Path(path)
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        missing = set(COLUMNS) - set(reader.fieldnames or ())
-        if missing:
-            raise ValueError(f"{path}: not a relu2 results CSV (missing columns: {', '.join(sorted(missing))})")
-        rows = []
-        for line_no, raw in enumerate(reader, start=2):
-            try:
-                rows.append(Row(**{k: _parse(k, raw[k]) for k in COLUMNS}))
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"{path}:{line_no}: malformed row: {e}") from None
-    return rows
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            present = set(reader.fieldnames or ())
+            missing = [c.name for c in COLUMNS if c.required and c.derive is None and c.name not in present]
+            if missing:
+                raise ValueError(f"{path}: not a relu2 results CSV (missing columns: {', '.join(missing)})")
+            raw = list(enumerate(reader, start=2))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a relu2 results CSV (not UTF-8 text)") from None
+    rederive = any(c.derive is not None and c.name not in present for c in COLUMNS)
+    rows = []
+    for line_no, record in raw:
+        try:
+            values = {c.name: _parse(c, record[c.name]) for c in COLUMNS if c.name in present}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}:{line_no}: malformed row: {e}") from None
+        for c in COLUMNS:
+            if c.name not in values and not c.required:
+                values[c.name] = c.default
+        rows.append(values)
+    if rederive:
+        return _rederived(rows)
+    return [Row(**values) for values in rows]
 
 
-def _parse(column: str, value: str):
-    if column in _INT_COLUMNS:
+def _rederived(rows: list[dict]) -> list[Row]:
+    copies = {(v["machine"], v["commit"], v["dtype"], v["shape"], v["mode"]): v["median_s"]
+              for v in rows if v["impl"] == ROOFLINE and v["status"] == "ok"}
+    measured = {c.name for c in COLUMNS if c.derive is None}
+    out = []
+    for v in rows:
+        key = (v["machine"], v["commit"], v["dtype"], v["shape"], v["mode"])
+        kept = {k: val for k, val in v.items() if k in measured}
+        out.append(make_row(copy_median_s=copies.get(key, _NAN), **kept))
+    return out
+
+
+def _parse(column, value: str | None):
+    if value is None:
+        raise ValueError(f"no value for {column.name}")
+    if column.kind is int:
         return int(value)
-    if column in _FLOAT_COLUMNS:
-        return float(value) if value not in ("", None) else float("nan")
+    if column.kind is float:
+        return float(value) if value != "" else math.nan
     return value

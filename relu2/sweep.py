@@ -13,137 +13,37 @@ so an interrupted sweep loses at most the input it was on and a re-run picks up 
 
 from __future__ import annotations
 
-import gc
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
 
-import torch
 from tqdm import tqdm
 
-from relu2.agreement import AgreementError, check_agreement
-from relu2.implementations import Implementation, get
-from relu2.inputs import random_input
-from relu2.results import MODES, ROOFLINE_IMPL, Row, read_csv, write_csv
-from relu2.timing import Budget, Timing, bytes_moved, dtype_name, dtype_of, peak_memory_bytes, time_fn
+from relu2.results import Row, make_row, read_csv, write_csv
+from relu2.schema import ROOFLINE, Cell, check_modes
 
-DEFAULT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
-DEFAULT_SIZES: tuple[int, ...] = tuple(4**k for k in range(5, 15))  # 2^10 .. 2^28, every factor 4
-# A CPU sweep stops here by default: a full grid there would take long and says nothing about a GPU.
-CPU_MAX_NUMEL = 2**22
-ROW_WIDTH = 4096  # grid inputs are (numel // 4096, 4096) once they hold a row: the shape of an activation
-MODEL_TOKENS: tuple[int, ...] = (1, 16, 128, 1024, 4096, 16384)
-MODEL_HIDDEN: tuple[int, ...] = (3072, 12288)  # Nemotron-H-class MLP widths
-MODEL_DTYPE = "bfloat16"
+if TYPE_CHECKING:
+    from relu2.measure import CellResult
+    from relu2.timing import Budget
 
 GroupKey = tuple[str, tuple[int, ...]]  # (dtype, shape): one input, measured in one go with its copy
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One implementation on one input: ``dtype`` by name ("bfloat16"), ``shape`` with ``numel`` elements."""
+class Measurer(Protocol):
+    """What measures a cell: in this process (``InProcess``) or in a worker per implementation."""
 
-    impl: str
-    dtype: str
-    numel: int
-    shape: tuple[int, ...]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "dtype", dtype_name(self.dtype))
-        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
-        product = 1
-        for n in self.shape:
-            product *= n
-        if product != self.numel:
-            raise ValueError(f"shape {self.shape} holds {product} elements, not numel={self.numel}")
-
-    @property
-    def shape_str(self) -> str:
-        """The shape as results store it: "4096x4096"."""
-        return format_shape(self.shape)
-
-    @property
-    def bytes(self) -> int:
-        return bytes_moved(self.numel, self.dtype)
-
-    def with_impl(self, impl: str) -> "Cell":
-        return Cell(impl, self.dtype, self.numel, self.shape)
-
-    def describe(self) -> str:
-        return f"{self.impl} {self.dtype} {self.shape_str}"
+    def measure(self, cell: Cell, modes: Sequence[str], device: str, budget: "Budget | None") -> "CellResult": ...
 
 
-def format_shape(shape: Sequence[int]) -> str:
-    """A shape as results store it: (4096, 4096) -> "4096x4096", (1024,) -> "1024"."""
-    return "x".join(str(n) for n in shape)
+class InProcess:
+    """Every cell measured in this process: no isolation (a crashing kernel ends the run)."""
 
+    def measure(self, cell: Cell, modes: Sequence[str], device: str, budget: "Budget | None") -> "CellResult":
+        from relu2.measure import measure_cell
 
-def default_sizes(device: str) -> tuple[int, ...]:
-    """The sweep's default sizes: all of DEFAULT_SIZES on CUDA, up to CPU_MAX_NUMEL on the CPU."""
-    return DEFAULT_SIZES if device == "cuda" else tuple(n for n in DEFAULT_SIZES if n <= CPU_MAX_NUMEL)
-
-
-def grid_shape(numel: int) -> tuple[int, ...]:
-    """(numel // 4096, 4096) when numel is a whole number of 4096-wide rows, else (numel,)."""
-    if numel >= ROW_WIDTH and numel % ROW_WIDTH == 0:
-        return (numel // ROW_WIDTH, ROW_WIDTH)
-    return (numel,)
-
-
-def default_cells(
-    impls: Iterable[str],
-    dtypes: Iterable[str | torch.dtype] = DEFAULT_DTYPES,
-    sizes: Iterable[int] = DEFAULT_SIZES,
-) -> list[Cell]:
-    """Every implementation x dtype x size, shaped by ``grid_shape``; grouped by input."""
-    impls = list(impls)
-    return [Cell(impl, dtype_name(dtype), numel, grid_shape(numel))
-            for dtype in dtypes for numel in sizes for impl in impls]
-
-
-def model_cells(
-    impls: Iterable[str],
-    tokens: Iterable[int] = MODEL_TOKENS,
-    hidden: Iterable[int] = MODEL_HIDDEN,
-    dtype: str | torch.dtype = MODEL_DTYPE,
-) -> list[Cell]:
-    """The activation shapes a model sees: (tokens, hidden) in bf16 for each implementation."""
-    impls = list(impls)
-    return [Cell(impl, dtype_name(dtype), t * h, (t, h)) for h in hidden for t in tokens for impl in impls]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One figure of a cell: its Timing when status is "ok", else the reason it has none."""
-
-    status: str
-    reason: str = ""
-    timing: Timing | None = None
-
-
-@dataclass
-class CellResult:
-    """Everything measured for one cell.
-
-    ``status`` is the cell's own: "ok" once it passed the agreement check (or needs none, like
-    ``copy``), "failed" when it disagreed or the check raised, "skipped" when it cannot run here.
-    ``outcomes`` has one Outcome per mode; a mode can fail on its own (say, the implementation
-    cannot be captured in a CUDA graph) while the others are timed.  ``peak_bytes`` is the GPU
-    memory one call allocates at its peak (None off CUDA or when not measured).
-    """
-
-    cell: Cell
-    status: str
-    reason: str = ""
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    peak_bytes: int | None = None
-
-    def median(self, mode: str) -> float:
-        """The mode's median in seconds, NaN when it was not timed."""
-        outcome = self.outcomes.get(mode)
-        return outcome.timing.median_s if outcome and outcome.timing else float("nan")
+        return measure_cell(cell, modes, device, budget)
 
 
 @dataclass
@@ -152,112 +52,136 @@ class Sweep:
 
     device: str
     modes: tuple[str, ...]
-    results: list[CellResult]
-    references: dict[tuple[str, tuple[int, ...]], CellResult]  # (dtype, shape) -> the copy cell
-
-    def roofline_fraction(self, result: CellResult, mode: str) -> float:
-        """Copy median over this median, same input and mode: 1.0 is as fast as a device copy."""
-        reference = self.references.get((result.cell.dtype, result.cell.shape))
-        copy_s = reference.median(mode) if reference else float("nan")
-        return copy_s / result.median(mode)
+    results: list["CellResult"]
+    references: dict[GroupKey, "CellResult"]  # (dtype, shape) -> the copy cell
 
     def rows(self, machine: str = "", commit: str = "", date: str | None = None) -> list[Row]:
         """One tidy Row per cell and mode."""
-        date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        date = date or now_iso()
         rows = []
         for result in self.results:
             cell = result.cell
+            reference = self.references.get(cell.input_key)
             for mode in self.modes:
                 outcome = result.outcomes[mode]
-                median = result.median(mode)
                 timing = outcome.timing
-                rows.append(Row(
+                rows.append(make_row(
                     machine=machine, commit=commit, date=date, impl=cell.impl, dtype=cell.dtype,
-                    numel=cell.numel, shape=cell.shape_str, mode=mode,
-                    median_s=median,
+                    numel=cell.numel, shape=cell.shape_str, mode=mode, status=outcome.status, reason=outcome.reason,
+                    median_s=outcome.median_s,
                     q25_s=timing.q25_s if timing else float("nan"),
                     q75_s=timing.q75_s if timing else float("nan"),
-                    bytes=cell.bytes,
-                    gbps=cell.bytes / median / 1e9 if timing else float("nan"),
-                    roofline_fraction=self.roofline_fraction(result, mode) if timing else float("nan"),
-                    status=outcome.status, reason=outcome.reason,
+                    copy_median_s=reference.median(mode) if reference else float("nan"),
+                    peak_bytes=float(result.peak_bytes) if result.peak_bytes is not None else float("nan"),
                 ))
         return rows
 
-    def peak_memory(self) -> dict[Cell, int]:
-        """GPU bytes at the peak of one call, for the cells where it was measured."""
-        return {r.cell: r.peak_bytes for r in self.results if r.peak_bytes is not None}
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def default_device() -> str:
     """"cuda" when a GPU is visible, else "cpu"."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from relu2.machine import default_device as device
+
+    return device()
 
 
 def run_cells(
     cells: Sequence[Cell],
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] | None = None,
     device: str | None = None,
     machine: str = "",
     commit: str = "",
     progress: bool = False,
     *,
-    budget: Budget | None = None,
+    budget: "Budget | None" = None,
     date: str | None = None,
+    measurer: Measurer | None = None,
 ) -> list[Row]:
     """Check and time every cell (see ``run_sweep``) and return the tidy rows, one per cell and mode."""
-    return run_sweep(cells, modes, device, progress, budget=budget).rows(machine, commit, date)
+    return run_sweep(cells, modes, device, progress, budget=budget, measurer=measurer).rows(machine, commit, date)
 
 
 def run_sweep(
     cells: Sequence[Cell],
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] | None = None,
     device: str | None = None,
     progress: bool = False,
     *,
-    budget: Budget | None = None,
+    budget: "Budget | None" = None,
+    measurer: Measurer | None = None,
 ) -> Sweep:
     """Check and time every distinct cell on ``device`` (default: cuda if available, else cpu).
 
     Cells are measured input by input; for each input the ``copy`` reference goes first.  Never
     raises for a cell: failures and skips are recorded with their reason.
     """
-    modes = _check_modes(modes)
+    from relu2.schema import MODE_NAMES
+
+    modes = check_modes(MODE_NAMES if modes is None else modes)
     device = device or default_device()
+    measurer = measurer or InProcess()
     cells = list(dict.fromkeys(cells))  # distinct, in order
     groups = group_cells(cells)
 
     measured: dict[Cell, CellResult] = {}
     references: dict[GroupKey, CellResult] = {}
-    with tqdm(total=len(cells) + sum(1 for g in groups.values() if all(c.impl != ROOFLINE_IMPL for c in g)),
-              desc="relu2 sweep", unit="cell", file=sys.stderr, disable=not progress) as bar:
+    with tqdm(total=sum(len(with_reference(g)) for g in groups.values()), desc="relu2 sweep", unit="cell",
+              file=sys.stderr, disable=not progress) as bar:
         for key, group in groups.items():
-            ordered = sorted(group, key=lambda c: c.impl != ROOFLINE_IMPL)  # copy first
-            if ordered[0].impl != ROOFLINE_IMPL:
-                ordered.insert(0, ordered[0].with_impl(ROOFLINE_IMPL))
+            ordered = with_reference(group)
             for cell in ordered:
                 bar.set_postfix_str(cell.describe(), refresh=False)
-                measured[cell] = measure_cell(cell, modes, device, budget)
+                measured[cell] = measurer.measure(cell, modes, device, budget)
                 bar.update()
             references[key] = measured[ordered[0]]
-            _free_memory(device)
     return Sweep(device=device, modes=modes, results=[measured[c] for c in cells], references=references)
+
+
+def registered_names() -> list[str]:
+    """The implementations a sweep can be asked for (built-ins, registrations, entry points), unresolved."""
+    from relu2.registry import names
+
+    return names()
+
+
+# Tensors of a cell alive at once while it is checked: the input, its clone, the reference output,
+# the implementation's output, plus a few masks of a byte an element.
+_LIVE_COPIES = 4
+_MASK_BYTES = 3
+
+
+def check_fits(cells: Iterable[Cell], device: str) -> None:
+    """UsageError naming the first input too large for ``device``'s memory, before anything runs."""
+    from relu2.machine import UsageError, device_memory_bytes
+    from relu2.schema import format_bytes, itemsize
+
+    largest = max(cells, key=lambda c: c.numel * itemsize(c.dtype), default=None)
+    if largest is None:
+        return
+    need = largest.numel * (_LIVE_COPIES * itemsize(largest.dtype) + _MASK_BYTES)
+    have = device_memory_bytes(device)
+    if need > have:
+        raise UsageError(f"{largest.dtype} {largest.shape_str} ({largest.numel} elements) needs about "
+                         f"{format_bytes(need)} to check and time; the {device} has {format_bytes(have)}")
+
+
+def with_reference(group: Sequence[Cell]) -> list[Cell]:
+    """The cells of one input with the roofline's cell first (added when the group lacks it)."""
+    ordered = sorted(group, key=lambda c: c.impl != ROOFLINE)
+    if ordered[0].impl != ROOFLINE:
+        ordered.insert(0, ordered[0].with_impl(ROOFLINE))
+    return ordered
 
 
 def group_cells(cells: Iterable[Cell]) -> dict[GroupKey, list[Cell]]:
     """Cells by input (dtype, shape), groups in order of first appearance, cells in order within each."""
     groups: dict[GroupKey, list[Cell]] = {}
     for cell in cells:
-        groups.setdefault((cell.dtype, cell.shape), []).append(cell)
+        groups.setdefault(cell.input_key, []).append(cell)
     return groups
-
-
-def _check_modes(modes: Sequence[str]) -> tuple[str, ...]:
-    modes = tuple(modes)
-    unknown = set(modes) - set(MODES)
-    if unknown:
-        raise ValueError(f"unknown timing modes {sorted(unknown)}; known: {', '.join(MODES)}")
-    return modes
 
 
 # --- resumable sweeps ----------------------------------------------------------------------------
@@ -274,8 +198,9 @@ def run_resumable(
     checkpoint: str | Path,
     progress: bool = False,
     *,
-    budget: Budget | None = None,
+    budget: "Budget | None" = None,
     date: str | None = None,
+    measurer: Measurer | None = None,
 ) -> list[Row]:
     """``run_cells``, one input at a time, checkpointing the rows so far to ``checkpoint`` after each.
 
@@ -287,9 +212,9 @@ def run_resumable(
     ignored with a warning and overwritten.  Rows come back in the order of ``cells``, one per
     cell and mode, as from ``run_cells``.  The caller removes ``checkpoint`` once it has the rows.
     """
-    modes = _check_modes(modes)
+    modes = check_modes(modes)
     device = device or default_device()
-    date = date or datetime.now(timezone.utc).isoformat(timespec="seconds")
+    date = date or now_iso()
     checkpoint = Path(checkpoint)
     cells = list(dict.fromkeys(cells))  # distinct, in order
     groups = group_cells(cells)
@@ -304,7 +229,7 @@ def run_resumable(
             if key in done:
                 continue
             bar.set_postfix_str(f"{key[0]} {'x'.join(map(str, key[1]))}", refresh=False)
-            sweep = run_sweep(group, modes, device, progress=False, budget=budget)
+            sweep = run_sweep(group, modes, device, progress=False, budget=budget, measurer=measurer)
             rows[key] = sweep.rows(machine, commit, date)
             write_csv(_in_cell_order(cells, rows), checkpoint)  # atomic: a kill here keeps the last one
             bar.update(len(group))
@@ -360,77 +285,3 @@ def _row_key(row: Row) -> RowKey:
 
 def _cell_key(cell: Cell, mode: str) -> RowKey:
     return (cell.impl, cell.dtype, cell.numel, cell.shape_str, mode)
-
-
-def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget | None = None) -> CellResult:
-    """Agreement first on fresh inputs, then each mode's timing; every failure becomes a recorded status."""
-    try:
-        impl = get(cell.impl)
-    except KeyError as e:
-        return _all_modes(cell, modes, "skipped", str(e.args[0]))
-    if not impl.supports(device):
-        return _all_modes(cell, modes, "skipped", impl.why_not(device))
-    try:
-        if impl.is_relu2:
-            _check(impl, cell, device)  # a torch.compile'd implementation compiles here, untimed
-        x = _input(cell, device)
-    except AgreementError as e:
-        return _all_modes(cell, modes, "failed", str(e))
-    except torch.OutOfMemoryError as e:
-        _free_memory(device)
-        return _all_modes(cell, modes, "skipped", f"out of memory: {_first_line(e)}")
-    except Exception as e:
-        _free_memory(device)
-        return _all_modes(cell, modes, "failed", f"agreement check raised {_describe(e)}")
-
-    result = CellResult(cell, "ok")
-    for mode in modes:
-        result.outcomes[mode] = _time_mode(impl, x, mode, budget, device)
-    try:
-        result.peak_bytes = peak_memory_bytes(impl.fn, x)
-    except Exception:  # only a side figure for asv; the timings stand without it
-        result.peak_bytes = None
-    del x
-    _free_memory(device, collect=False)
-    return result
-
-
-def _check(impl: Implementation, cell: Cell, device: str) -> None:
-    x = _input(cell, device)
-    check_agreement(impl, x)
-
-
-def _input(cell: Cell, device: str) -> torch.Tensor:
-    return random_input(cell.numel, dtype_of(cell.dtype), device).view(cell.shape)
-
-
-def _time_mode(impl: Implementation, x: torch.Tensor, mode: str, budget: Budget | None, device: str) -> Outcome:
-    try:
-        return Outcome("ok", timing=time_fn(impl.fn, x, mode, budget))
-    except torch.OutOfMemoryError as e:
-        _free_memory(device)
-        return Outcome("skipped", f"out of memory while timing {mode}: {_first_line(e)}")
-    except Exception as e:
-        _free_memory(device)
-        return Outcome("failed", f"timing {mode} raised {_describe(e)}")
-
-
-def _all_modes(cell: Cell, modes: Sequence[str], status: str, reason: str) -> CellResult:
-    return CellResult(cell, status, reason, {mode: Outcome(status, reason) for mode in modes})
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _describe(e: BaseException) -> str:
-    return f"{type(e).__name__}: {_first_line(e)}"
-
-
-def _free_memory(device: str, collect: bool = True) -> None:
-    """Return cached GPU memory between cells, so one cell's buffers never crowd out the next."""
-    if collect:
-        gc.collect()
-    if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()

@@ -28,7 +28,8 @@ from typing import Callable, Sequence
 
 import torch
 
-from relu2.results import MODES
+from relu2.inputs import dtype_name
+from relu2.schema import MODE_NAMES, bytes_moved, mode as _mode
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -84,8 +85,7 @@ class Timing:
     samples_s: tuple[float, ...]
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"unknown timing mode {self.mode!r}; known: {', '.join(MODES)}")
+        _mode(self.mode)  # ValueError for an unknown mode
         if not self.samples_s:
             raise ValueError("a Timing needs at least one sample")
 
@@ -102,27 +102,7 @@ class Timing:
         return quantile(self.samples_s, 0.75)
 
 
-# --- sizes ------------------------------------------------------------------------------------
-
-
-def dtype_of(dtype: torch.dtype | str) -> torch.dtype:
-    """A torch dtype from itself or its name ("bfloat16", "torch.bfloat16")."""
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    found = getattr(torch, str(dtype).removeprefix("torch."), None)
-    if not isinstance(found, torch.dtype):
-        raise ValueError(f"not a torch dtype: {dtype!r}")
-    return found
-
-
-def dtype_name(dtype: torch.dtype | str) -> str:
-    """The short name of a dtype, as results store it: "bfloat16"."""
-    return str(dtype_of(dtype)).removeprefix("torch.")
-
-
-def bytes_moved(numel: int, dtype: torch.dtype | str) -> int:
-    """Bytes relu² must move: every element read once and written once."""
-    return 2 * numel * dtype_of(dtype).itemsize
+# --- caches ----------------------------------------------------------------------------------
 
 
 def _parse_cache_size(text: str) -> int:
@@ -159,19 +139,16 @@ def time_fn(fn: Fn, x: torch.Tensor, mode: str, budget: Budget | None = None) ->
     ``fn`` must already work on ``x`` (check it first: the warm-up here is not a correctness
     check) and, on CUDA, be capturable in a CUDA graph for ``hot`` and ``cold``.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown timing mode {mode!r}; known: {', '.join(MODES)}")
+    _mode(mode)  # ValueError for an unknown mode
     budget = budget or DEFAULT_BUDGET
-    if x.device.type == "cuda":
+    device = "cuda" if x.device.type == "cuda" else "cpu"
+    if device == "cuda":
         # The timers work on side streams: make sure whatever produced x has finished.
         torch.cuda.synchronize(x.device)
-        timers = {"hot": _cuda_hot, "cold": _cuda_cold, "launch": _cuda_launch}
-    else:
-        timers = {"hot": _cpu_hot, "cold": _cpu_cold, "launch": _cpu_launch}
-    return Timing(mode, tuple(timers[mode](fn, x, budget)))
+    return Timing(mode, tuple(TIMERS[device][mode](fn, x, budget)))
 
 
-def time_all(fn: Fn, x: torch.Tensor, modes: Sequence[str] = MODES, budget: Budget | None = None) -> dict[str, Timing]:
+def time_all(fn: Fn, x: torch.Tensor, modes: Sequence[str] = MODE_NAMES, budget: Budget | None = None) -> dict[str, Timing]:
     """``time_fn`` in each of ``modes``."""
     return {mode: time_fn(fn, x, mode, budget) for mode in modes}
 
@@ -242,7 +219,7 @@ def _cpu_launch(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
 
 
 def _cpu_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
-    set_bytes = max(1, bytes_moved(x.numel(), x.dtype))
+    set_bytes = max(1, bytes_moved(x.numel(), dtype_name(x.dtype)))
     n_sets = max(1, math.ceil(ROTATION_FACTOR * cpu_cache_bytes() / set_bytes))
     return _wallclock_samples(_rotation(fn, x, n_sets), _no_sync, budget)
 
@@ -300,7 +277,7 @@ def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> list[floa
 def _cuda_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     device = x.device
     l2 = l2_bytes(device)
-    set_bytes = max(1, bytes_moved(x.numel(), x.dtype))
+    set_bytes = max(1, bytes_moved(x.numel(), dtype_name(x.dtype)))
     free, _ = torch.cuda.mem_get_info(device)
     # Memory stays bounded: one sample's input copies and outputs hold at most 4x L2 (or one set
     # when a single set is bigger, which is then cold by itself) and never more than half of
@@ -338,6 +315,13 @@ def _cuda_launch(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     return _wallclock_samples(_repeat(fn, x), sync, budget)
 
 
+# The timers of each mode (relu2.schema.MODES) by device kind; a test keeps the two in step.
+TIMERS: dict[str, dict[str, Callable[[Fn, torch.Tensor, Budget], list[float]]]] = {
+    "cuda": {"hot": _cuda_hot, "cold": _cuda_cold, "launch": _cuda_launch},
+    "cpu": {"hot": _cpu_hot, "cold": _cpu_cold, "launch": _cpu_launch},
+}
+
+
 # --- other measurements ---------------------------------------------------------------------
 
 
@@ -355,21 +339,21 @@ def peak_memory_bytes(fn: Fn, x: torch.Tensor) -> int | None:
     return int(peak)
 
 
-def copy_bandwidth(device: str | torch.device = "cuda", nbytes: int | None = None, budget: Budget | None = None) -> float:
-    """Measured device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written.
+def copy_bandwidth(device: str | torch.device = "cuda", numel: int | None = None, dtype: str = "bfloat16",
+                   budget: Budget | None = None) -> float:
+    """GB/s (bytes read plus written) of the roofline itself: the ``copy`` implementation, ``hot``, on a
+    ``numel``-element input shaped as the grid shapes it.
 
-    The default size is far above the last-level cache (1 GiB on CUDA, or a quarter of the free
-    memory if that is less; 4x the LLC and at least 64 MiB on the CPU), so it is the DRAM figure.
+    The default is the grid's largest size on this device (``relu2.schema.default_sizes``), where
+    every figure's roofline_fraction is measured against exactly this copy; far above the L2, so it is
+    the DRAM figure.
     """
-    device = torch.device(device)
-    if nbytes is None:
-        if device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(device)
-            nbytes = min(1 << 30, free // 4)
-        else:
-            nbytes = max(ROTATION_FACTOR * cpu_cache_bytes(), 64 << 20)
-    from relu2.implementations import copy_bytes  # the same copy the roofline uses
+    from relu2.registry import copy_bytes
+    from relu2.inputs import dtype_of, random_input
+    from relu2.schema import bytes_moved, default_sizes, grid_shape
 
-    x = torch.ones(nbytes, dtype=torch.uint8, device=device)
+    kind = torch.device(device).type
+    numel = numel or max(default_sizes("cuda" if kind == "cuda" else "cpu"))
+    x = random_input(numel, dtype_of(dtype), device).view(grid_shape(numel))
     timing = time_fn(copy_bytes, x, "hot", budget)
-    return 2 * nbytes / timing.median_s / 1e9
+    return bytes_moved(numel, dtype) / timing.median_s / 1e9

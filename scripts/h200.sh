@@ -10,8 +10,9 @@
 #     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
-# Expects, in the repository root: .whl/ holding asv and its dependencies (scripts/fetch-wheels.sh
-# makes it) and .whl/repo.bundle, a git bundle of the repository (asv checks commits out of it).
+# Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
+# `bash ../shared/tools/gpu-box-wheels.sh .whl`) and .whl/repo.bundle, a git bundle of the
+# repository (`git bundle create .whl/repo.bundle --all`; asv checks commits out of it).
 # The box's own python3 (/opt/torch/.venv) has torch, triton, matplotlib, tqdm, pytest and ninja.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -120,7 +121,7 @@ for step in "${@:-smoke}"; do
     asv=*) asv_run "${step#asv=}" ;;
     demo=*) demo "${step#demo=}" ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
-    *) echo "usage: $0 [smoke | tests | asv=REV | sweep=ARG+ARG...]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [smoke | tests | asv=REV | demo=BASE,HEAD | sweep=ARG+ARG...]..." >&2; exit 2 ;;
   esac
 done
 if [ -d /tmp/relu2-repo/results ]; then

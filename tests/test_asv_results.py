@@ -18,14 +18,16 @@ from relu2.asv_results import (  # noqa: E402
     ResultsError,
     commits,
     export_csv,
-    grid_shape,
-    load_cells,
+    load_records,
     load_rows,
     machines,
     resolve_commit,
     unquote,
 )
-from relu2.results import COLUMNS, MODES, read_csv  # noqa: E402
+from relu2.results import read_csv  # noqa: E402
+from relu2.schema import COLUMN_NAMES as COLUMNS  # noqa: E402
+from relu2.schema import MODE_NAMES as MODES  # noqa: E402
+from relu2.schema import format_shape, grid_shape  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,7 @@ def test_ambiguous_prefix_is_an_error(tmp_path):
 
 
 def test_memory_benchmark_is_a_cell_not_a_row():
-    cells = load_cells(fx.RESULTS, commit=fx.COMMIT_1)
+    cells = load_records(fx.RESULTS, commit=fx.COMMIT_1)
     memory = [c for c in cells if c.benchmark.endswith("track_peak_memory")]
     assert memory and all(c.row is None and c.unit == "bytes" for c in memory)
     assert all(c.row is not None for c in cells if c.unit == "seconds")
@@ -170,4 +172,4 @@ def test_missing_or_broken_benchmarks_json(tmp_path):
 def test_helpers():
     assert unquote("'bfloat16'") == "bfloat16" and unquote("4096") == "4096"
     assert unquote("torch.bfloat16") == "bfloat16"
-    assert grid_shape(4096) == "1x4096" and grid_shape(1000) == "1000" and grid_shape(6000) == "6000"
+    assert [format_shape(grid_shape(n)) for n in (4096, 1000, 6000)] == ["1x4096", "1000", "6000"]

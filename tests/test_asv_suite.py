@@ -45,14 +45,16 @@ def test_module_imports_without_torch():
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
-def test_grid_constants_match_the_sweep_defaults():
+def test_suites_take_their_grid_and_modes_from_the_package():
     from benchmarks import bench_relu2 as b
-    from relu2 import sweep
+    from relu2 import schema
 
-    assert b.NUMELS == sweep.DEFAULT_SIZES
-    assert b.DTYPES == sweep.DEFAULT_DTYPES
-    assert (b.MODEL_TOKENS, b.MODEL_HIDDEN, b.MODEL_DTYPE) == (sweep.MODEL_TOKENS, sweep.MODEL_HIDDEN, sweep.MODEL_DTYPE)
-    assert set(b.BUILTIN_IMPLS) == set(importlib.import_module("relu2.implementations").BUILTINS)
+    assert b.GRID_NUMELS == schema.DEFAULT_SIZES and b.GRID_DTYPES == schema.DTYPES
+    assert (b.TOKENS, b.HIDDEN) == (schema.MODEL_TOKENS, schema.MODEL_HIDDEN)
+    assert b.IMPLS[:len(schema.BUILTIN_IMPLS)] == schema.BUILTIN_IMPLS
+    for mode in schema.MODES:
+        method = getattr(b.Grid, f"track_{mode.name}")
+        assert method.version == mode.asv_version and method.less_is_better is True
 
 
 def test_asv_discovers_the_suites(tmp_path):
@@ -62,6 +64,9 @@ def test_asv_discovers_the_suites(tmp_path):
     found = {b["name"]: b for b in json.loads(out.read_text())}
     expected = {f"bench_relu2.{suite}.track_{what}" for suite in ("Grid", "ModelShapes")
                 for what in ("hot", "cold", "launch", "peak_memory")}
+    from relu2.schema import MODE_NAMES
+
+    assert {name.rsplit("_", 1)[-1] for name in expected} - {"memory"} == set(MODE_NAMES)
     assert set(found) == expected
     grid = found["bench_relu2.Grid.track_hot"]
     assert grid["param_names"] == ["impl", "dtype", "numel"]

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-from relu2.asv_results import ResultsError, load_cells  # noqa: E402
+from relu2.asv_results import ResultsError, load_records  # noqa: E402
 from relu2.gate import GateInputError, GateReport, format_value, gate, is_significant  # noqa: E402
 
 LAUNCH_COMPILE = ("bench_relu2.ModelShapes.track_launch", {"impl": "compile", "tokens": 64, "hidden": 21504})
@@ -86,8 +86,8 @@ def test_a_fixed_failure_is_not_a_regression():
 
 
 def test_significance_uses_asv_statistics():
-    cells = {c.key: c for c in load_cells(fx.RESULTS, commit=fx.COMMIT_2)}
-    cells3 = {c.key: c for c in load_cells(fx.RESULTS, commit=fx.COMMIT_3)}
+    cells = {c.key: c for c in load_records(fx.RESULTS, commit=fx.COMMIT_2)}
+    cells3 = {c.key: c for c in load_records(fx.RESULTS, commit=fx.COMMIT_3)}
     key = next(k for k, c in cells.items() if c.label() == fx.PLANTED_LABEL)
     assert is_significant(cells[key], cells3[key])  # 1.5x, 15 samples each: Mann-Whitney rejects
     assert not is_significant(cells[key], cells[key])

@@ -17,7 +17,8 @@ import asv_fixture as fx  # noqa: E402
 
 from relu2 import asv_run, cli, sweep  # noqa: E402
 from relu2.results import atomic_write_text, read_csv, write_csv  # noqa: E402
-from relu2.sweep import default_cells, run_resumable  # noqa: E402
+from relu2.schema import grid_cells as default_cells  # noqa: E402
+from relu2.sweep import run_resumable  # noqa: E402
 from relu2.timing import Budget  # noqa: E402
 
 FAST = Budget(samples=2, sample_ms=0.1, max_calls=8)

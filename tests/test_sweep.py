@@ -9,9 +9,13 @@ import torch
 
 from relu2 import sweep
 from relu2.reference import relu_squared_reference
-from relu2.results import COLUMNS, MODES, read_csv, write_csv
-from relu2.sweep import Cell, default_cells, model_cells, run_cells, run_sweep
-from relu2.timing import Budget, bytes_moved
+from relu2.results import read_csv, write_csv
+from relu2.schema import COLUMN_NAMES as COLUMNS
+from relu2.schema import DEFAULT_SIZES, Cell, bytes_moved, grid_shape, model_cells
+from relu2.schema import MODE_NAMES as MODES
+from relu2.schema import grid_cells as default_cells
+from relu2.sweep import run_cells, run_sweep
+from relu2.timing import Budget
 
 FAST = Budget(samples=3, sample_ms=0.2, max_calls=16)
 
@@ -29,7 +33,7 @@ def _by(rows, **match):
 
 
 def test_default_grid_sizes_and_shapes():
-    assert sweep.DEFAULT_SIZES == tuple(2**k for k in range(10, 29, 2))
+    assert DEFAULT_SIZES == tuple(2**k for k in range(10, 29, 2))
     cells = default_cells(["eager", "copy"])
     assert len(cells) == 2 * 3 * 10
     assert {c.dtype for c in cells} == {"float32", "float16", "bfloat16"}
@@ -41,8 +45,8 @@ def test_default_grid_sizes_and_shapes():
 
 
 def test_grid_shape_keeps_odd_sizes_flat():
-    assert sweep.grid_shape(4096 * 3 + 1) == (4096 * 3 + 1,)
-    assert sweep.grid_shape(4096 * 3) == (3, 4096)
+    assert grid_shape(4096 * 3 + 1) == (4096 * 3 + 1,)
+    assert grid_shape(4096 * 3) == (3, 4096)
 
 
 def test_model_grid_is_tokens_by_hidden_in_bf16():
@@ -52,9 +56,11 @@ def test_model_grid_is_tokens_by_hidden_in_bf16():
 
 
 def test_cell_normalises_and_validates():
-    cell = Cell("eager", torch.bfloat16, 8, [2, 4])
+    cell = Cell("eager", "bfloat16", 8, [2, 4])
     assert cell.dtype == "bfloat16" and cell.shape == (2, 4) and cell.shape_str == "2x4"
-    assert cell.bytes == bytes_moved(8, torch.bfloat16)
+    assert cell.bytes == bytes_moved(8, "bfloat16") == 32
+    with pytest.raises(ValueError, match="not a floating-point dtype"):
+        Cell("eager", "int32", 8, (8,))
     with pytest.raises(ValueError, match="holds 6 elements"):
         Cell("eager", "float32", 8, (2, 3))
 
@@ -70,7 +76,7 @@ def test_rows_carry_figures_bandwidth_and_roofline():
     for r in rows:
         assert (r.machine, r.commit) == ("box", "abc123") and r.date
         assert 0 < r.q25_s <= r.median_s <= r.q75_s
-        assert r.bytes == bytes_moved(r.numel, torch.float32)
+        assert r.bytes == bytes_moved(r.numel, "float32")
         assert r.gbps == pytest.approx(r.bytes / r.median_s / 1e9)
         copy = _by(rows, impl="copy", numel=r.numel, mode=r.mode)[0]
         assert r.roofline_fraction == pytest.approx(copy.median_s / r.median_s)
@@ -161,7 +167,7 @@ def test_sweep_keeps_samples_and_no_peak_memory_on_cpu():
     (cell_result,) = result.results
     assert cell_result.status == "ok"
     assert len(cell_result.outcomes["cold"].timing.samples_s) == FAST.samples
-    assert result.peak_memory() == {}
+    assert cell_result.peak_bytes is None
     assert ("float32", (1024,)) in result.references
 
 

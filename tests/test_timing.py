@@ -11,7 +11,9 @@ from conftest import requires_cuda
 from relu2 import timing
 from relu2.machine import machine_info
 from relu2.reference import relu_squared_reference
-from relu2.timing import Budget, Timing, bytes_moved, quantile, time_fn
+from relu2.inputs import dtype_name, dtype_of
+from relu2.schema import MODE_NAMES, bytes_moved
+from relu2.timing import Budget, Timing, quantile, time_fn
 
 FAST = Budget(samples=5, sample_ms=0.3, max_calls=32)
 
@@ -77,9 +79,9 @@ def test_cold_rotates_over_copies_larger_than_the_cache(monkeypatch):
     fn, seen = _recording(relu_squared_reference)
     # One call per sample, enough samples to go round the whole rotation.
     time_fn(fn, x, "cold", Budget(samples=40, sample_ms=1e-6, max_calls=1))
-    sets = math.ceil(timing.ROTATION_FACTOR * (64 << 10) / bytes_moved(1024, torch.float32))
+    sets = math.ceil(timing.ROTATION_FACTOR * (64 << 10) / bytes_moved(1024, "float32"))
     assert len(set(seen)) == sets == 32
-    assert sets * bytes_moved(1024, torch.float32) >= timing.ROTATION_FACTOR * (64 << 10)
+    assert sets * bytes_moved(1024, "float32") >= timing.ROTATION_FACTOR * (64 << 10)
 
 
 def test_hot_and_launch_reuse_one_input():
@@ -104,12 +106,17 @@ def test_budget_validation():
 
 
 def test_bytes_and_dtype_helpers():
-    assert bytes_moved(1024, torch.bfloat16) == 4096
+    assert bytes_moved(1024, "bfloat16") == 4096
     assert bytes_moved(1024, "float32") == 8192
-    assert timing.dtype_of("torch.float16") is torch.float16
-    assert timing.dtype_name(torch.bfloat16) == "bfloat16"
+    assert dtype_of("torch.float16") is torch.float16
+    assert dtype_name(torch.bfloat16) == "bfloat16"
     with pytest.raises(ValueError):
-        timing.dtype_of("float7")
+        dtype_of("float7")
+
+
+def test_every_mode_has_a_timer_on_every_device():
+    assert {device: set(timers) for device, timers in timing.TIMERS.items()} == {
+        "cuda": set(MODE_NAMES), "cpu": set(MODE_NAMES)}
 
 
 def test_cpu_cache_size_from_sysfs(tmp_path):
@@ -122,7 +129,7 @@ def test_cpu_cache_size_from_sysfs(tmp_path):
 
 
 def test_copy_bandwidth_on_cpu_is_plausible():
-    gbps = timing.copy_bandwidth("cpu", nbytes=8 << 20, budget=FAST)
+    gbps = timing.copy_bandwidth("cpu", numel=2**20, budget=FAST)
     assert 0.05 < gbps < 10_000
 
 

@@ -15,7 +15,7 @@ from typing import Callable, Mapping
 import torch
 
 from relu2.reference import relu_squared_reference
-from relu2.results import ROOFLINE_IMPL
+from relu2.schema import ROOFLINE
 
 ENTRY_POINT_GROUP = "relu2.implementations"
 
@@ -28,6 +28,9 @@ class Implementation:
 
     ``devices`` are the device types the implementation accepts ("cpu", "cuda").
     ``is_relu2`` is False for the ``copy`` roofline reference, which is excluded from agreement.
+    An unavailable implementation is either absent here for a reason outside the project (no CUDA,
+    no toolkit: its cells are skipped) or ``broken`` (the project's own kernel did not build: its
+    cells fail, so a broken commit cannot pass as "n/a").
     """
 
     name: str
@@ -37,6 +40,7 @@ class Implementation:
     devices: tuple[str, ...] = ("cpu", "cuda")
     is_relu2: bool = True
     description: str = ""
+    broken: bool = False
 
     def supports(self, device: str | torch.device) -> bool:
         """True when this implementation is available and accepts tensors on ``device``."""
@@ -50,11 +54,18 @@ class Implementation:
         return "" if kind in self.devices else f"runs on {', '.join(self.devices)} only, not {kind}"
 
 
-def _unavailable(name: str, reason: str, **kw) -> Implementation:
-    def refuse(x: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError(f"implementation {name!r} is unavailable: {reason}")
+class _Refuse:
+    """The fn of an implementation that cannot run: raises with the reason (picklable, unlike a closure)."""
 
-    return Implementation(name=name, fn=refuse, available=False, reason=reason, **kw)
+    def __init__(self, name: str, reason: str) -> None:
+        self.name, self.reason = name, reason
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError(f"implementation {self.name!r} is unavailable: {self.reason}")
+
+
+def _unavailable(name: str, reason: str, **kw) -> Implementation:
+    return Implementation(name=name, fn=_Refuse(name, reason), available=False, reason=reason, **kw)
 
 
 # --- built-ins -------------------------------------------------------------------------------
@@ -89,9 +100,8 @@ STATIC_RECOMPILE_LIMIT = 256
 def _make_recompile_limit_fatal() -> None:
     """Raise dynamo's recompile limit for this process and make hitting it an error, not eager code.
 
-    Process-wide, on purpose: set per call (even by plain assignment and restore) it cost about
-    50 µs a call on the H200 box, which the `launch` figure charged to torch.compile (compile at
-    (1, 3072) bf16: 99.7 µs per call with it at 678cff4, 48.7 µs without at 8ceddd0).
+    Process-wide, on purpose: set and restored around every call, it cost tens of microseconds a
+    call, which the `launch` figure charged to torch.compile (docs/methodology.md has the figures).
     """
     import torch._dynamo  # noqa: F401  (config lives there)
 
@@ -105,19 +115,20 @@ class _GuardedCompile:
     """``torch.compile`` of the eager path that raises instead of silently falling back to eager."""
 
     def __init__(self, target: Fn, dynamic: bool) -> None:
+        from torch._dynamo.exc import FailOnRecompileLimitHit
+
         self.dynamic = dynamic
         self._compiled = torch.compile(target, dynamic=dynamic, fullgraph=True)
+        self._limit_hit = FailOnRecompileLimitHit
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         try:
             return self._compiled(x)
-        except Exception as e:  # dynamo wraps its own error types; name the situation plainly
-            if "recompile" in type(e).__name__.lower() or "limit" in str(e).lower():
-                raise CompileFallbackError(
-                    f"torch.compile(dynamic={self.dynamic}) hit dynamo's recompile limit at "
-                    f"{x.dtype} {tuple(x.shape)}; refusing to run eager code under the 'compile' name"
-                ) from e
-            raise
+        except self._limit_hit as e:  # name the situation plainly
+            raise CompileFallbackError(
+                f"torch.compile(dynamic={self.dynamic}) hit dynamo's recompile limit at "
+                f"{x.dtype} {tuple(x.shape)}; refusing to run eager code under the 'compile' name"
+            ) from e
 
 
 def _compile() -> Implementation:
@@ -143,8 +154,8 @@ def _fused() -> Implementation:
 
     try:
         fused.load()
-    except Exception as e:  # a failed build carries the compiler's message
-        return _unavailable("fused", f"the fused extension did not build: {e}")
+    except Exception as e:  # a failed build carries the compiler's message; the project's kernel is broken
+        return _unavailable("fused", f"the fused extension did not build: {e}", broken=True)
     devices = ("cpu", "cuda") if fused.has_cuda() else ("cpu",)
     return Implementation("fused", fused.relu_squared, devices=devices,
                           description="csrc/ kernel via torch.library (CUDA kernel and C++ CPU twin)")
@@ -177,7 +188,7 @@ def copy_bytes(x: torch.Tensor) -> torch.Tensor:
 
 
 def _copy() -> Implementation:
-    return Implementation(ROOFLINE_IMPL, copy_bytes, is_relu2=False,
+    return Implementation(ROOFLINE, copy_bytes, is_relu2=False,
                           description="elementwise device copy of the same bytes: the roofline reference, not relu²")
 
 
@@ -257,6 +268,12 @@ def _resolve(name: str) -> Implementation:
     return impl
 
 
+def names() -> list[str]:
+    """Every registered implementation's name, without resolving (or building) any of them."""
+    _load_entry_points()
+    return list(_registry)
+
+
 def implementations() -> Mapping[str, Implementation]:
     """Every registered implementation by name, available or not; resolves (and builds) lazily."""
     _load_entry_points()
@@ -274,6 +291,8 @@ def get(name: str) -> Implementation:
 def relu_squared(x: torch.Tensor, impl: str = "fused") -> torch.Tensor:
     """relu²(x) computed by the implementation called ``impl``."""
     chosen = get(impl)
+    if not chosen.is_relu2:
+        raise ValueError(f"implementation {impl!r} is a reference ({chosen.description}), not relu²")
     if not chosen.available:
         raise RuntimeError(f"implementation {impl!r} is unavailable: {chosen.reason}")
     if not chosen.supports(x.device):

@@ -1,0 +1,128 @@
+"""Measuring one cell in this process: bitwise agreement on a fresh input first, then each mode's timing.
+
+Never raises for a cell: an implementation that disagrees is recorded "failed" and never timed; one
+that cannot run here, or runs out of memory, is "skipped"; any other error fails that cell (or that
+mode) with the reason.  This is what a sweep worker runs for each cell it is sent (``relu2.isolation``).
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from relu2.agreement import AgreementError, check_agreement
+from relu2.registry import Implementation, get
+from relu2.inputs import dtype_of, random_input
+from relu2.schema import Cell
+from relu2.timing import Budget, Timing, peak_memory_bytes, time_fn
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One figure of a cell: its Timing when status is "ok", else the reason it has none."""
+
+    status: str
+    reason: str = ""
+    timing: Timing | None = None
+
+    @property
+    def median_s(self) -> float:
+        return self.timing.median_s if self.timing else float("nan")
+
+
+@dataclass
+class CellResult:
+    """Everything measured for one cell; plain data, so it crosses from a worker process to the sweep.
+
+    ``status`` is the cell's own: "ok" once it passed the agreement check (or needs none, like
+    ``copy``), "failed" when it disagreed or the check raised, "skipped" when it cannot run here.
+    ``outcomes`` has one Outcome per mode; a mode can fail on its own (say, the implementation
+    cannot be captured in a CUDA graph) while the others are timed.  ``peak_bytes`` is the GPU
+    memory one call allocates at its peak (None off CUDA or when not measured).
+    """
+
+    cell: Cell
+    status: str
+    reason: str = ""
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    peak_bytes: int | None = None
+
+    def median(self, mode: str) -> float:
+        """The mode's median in seconds, NaN when it was not timed."""
+        outcome = self.outcomes.get(mode)
+        return outcome.median_s if outcome else float("nan")
+
+
+def all_modes(cell: Cell, modes: Sequence[str], status: str, reason: str) -> CellResult:
+    """A cell with no figure: every mode gets ``status`` and ``reason``."""
+    return CellResult(cell, status, reason, {mode: Outcome(status, reason) for mode in modes})
+
+
+def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget | None = None) -> CellResult:
+    """Agreement first on a fresh input, then each mode's timing; every failure becomes a recorded status."""
+    try:
+        impl = get(cell.impl)
+    except KeyError as e:
+        return all_modes(cell, modes, "skipped", str(e.args[0]))
+    if impl.broken:
+        return all_modes(cell, modes, "failed", impl.reason)
+    if not impl.supports(device):
+        return all_modes(cell, modes, "skipped", impl.why_not(device))
+    try:
+        if impl.is_relu2:
+            check_agreement(impl, _input(cell, device))  # a torch.compile'd implementation compiles here, untimed
+        x = _input(cell, device)
+    except AgreementError as e:
+        return all_modes(cell, modes, "failed", str(e))
+    except torch.OutOfMemoryError as e:
+        free_memory(device)
+        return all_modes(cell, modes, "skipped", f"out of memory: {first_line(e)}")
+    except Exception as e:
+        free_memory(device)
+        return all_modes(cell, modes, "failed", f"agreement check raised {describe(e)}")
+
+    result = CellResult(cell, "ok")
+    for mode in modes:
+        result.outcomes[mode] = _time_mode(impl, x, mode, budget, device)
+    try:
+        result.peak_bytes = peak_memory_bytes(impl.fn, x)
+    except Exception:  # a side figure; the timings stand without it
+        result.peak_bytes = None
+    del x
+    free_memory(device, collect=False)
+    return result
+
+
+def _input(cell: Cell, device: str) -> torch.Tensor:
+    return random_input(cell.numel, dtype_of(cell.dtype), device).view(cell.shape)
+
+
+def _time_mode(impl: Implementation, x: torch.Tensor, mode: str, budget: Budget | None, device: str) -> Outcome:
+    try:
+        return Outcome("ok", timing=time_fn(impl.fn, x, mode, budget))
+    except torch.OutOfMemoryError as e:
+        free_memory(device)
+        return Outcome("skipped", f"out of memory while timing {mode}: {first_line(e)}")
+    except Exception as e:
+        free_memory(device)
+        return Outcome("failed", f"timing {mode} raised {describe(e)}")
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {first_line(e)}"
+
+
+def free_memory(device: str, collect: bool = True) -> None:
+    """Return cached GPU memory between cells, so one cell's buffers never crowd out the next."""
+    if collect:
+        gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()

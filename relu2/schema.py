@@ -1,0 +1,358 @@
+"""The project's vocabulary, defined once: timing modes, result columns and metrics, the grid, and how
+implementations are shown.  Everything else derives from here.
+
+Torch-free on purpose: ``relu2 --help``, the asv suites' module import and the readers of results
+use this without paying for torch (a test imports it with torch made unimportable).
+
+* **Modes** (``MODES``): what a figure times.  The timers live in ``relu2.timing``, attached by name;
+  the asv ``track_<mode>`` benchmarks are generated from this list.
+* **Columns** (``COLUMNS``): the tidy row of ``relu2 sweep``, ``relu2 export``, the plots and the
+  gate.  A derived metric is one ``Column`` with a ``derive`` function: the sweep and the asv reader
+  both build rows through ``relu2.results.make_row``, which calls it.
+* **Grid**: dtypes, sizes, shapes, model shapes and the CPU cap, with ``grid_shape``/``format_shape``.
+* **Implementations**: the built-ins' order, the baseline and roofline names, colours and markers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+# --- timing modes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One timing mode: a figure of every cell, in seconds per call.
+
+    ``asv_version`` is the pinned version of the asv ``track_<name>`` benchmarks: asv keys history
+    by it, so it changes only when the mode's figures stop being comparable with their past.
+    """
+
+    name: str
+    label: str  # legend text
+    linestyle: str  # matplotlib line style in every plot
+    doc: str  # one line: how it is timed and what it answers
+    asv_version: str
+    # True when the figure is the kernel's own time (no host overhead), so no kernel can beat a copy
+    # of the same bytes by much; False when host-side call overhead is part of it.
+    kernel_time: bool = True
+
+
+MODES: tuple[Mode, ...] = (
+    Mode("hot", "hot (kernel time, L2 warm)", "-",
+         "CUDA-graph replay of back-to-back calls on one input: the kernel's own time, data warm in L2",
+         asv_version="deca6e1fca4ee5060d32c98cbd9049144d6e7511a586083fda885c42990970eb"),
+    Mode("cold", "cold (kernel time, L2 cold)", "--",
+         "the same with the L2 flushed and every call on its own input: what a model sees after a GEMM",
+         asv_version="ad1ee5675c5da51859e7df98b59112d700f16843039c013c3b83aefce1522fad"),
+    Mode("launch", "launch (eager calls, wall clock)", ":",
+         "wall clock of back-to-back eager calls then one synchronize: what eager mode pays per call",
+         asv_version="4b93e7c8c61f45612e066afd68d4a83db7e001697987be919440431568060aa2", kernel_time=False),
+)
+MODE_NAMES: tuple[str, ...] = tuple(m.name for m in MODES)
+# The asv benchmark of GPU memory at the peak of one call (unit bytes), beside the timing modes.
+PEAK_MEMORY_ASV_VERSION = "dbbc686f99c0f776082c700f17c4f8d79c4366d17ec6086ff06dfff1331420eb"
+
+
+def mode(name: str) -> Mode:
+    """The Mode called ``name``; ValueError naming the known ones."""
+    for m in MODES:
+        if m.name == name:
+            return m
+    raise ValueError(f"unknown timing mode {name!r}; known: {', '.join(MODE_NAMES)}")
+
+
+def check_modes(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` as a tuple when every one is a mode; ValueError naming the unknown ones."""
+    names = tuple(names)
+    unknown = [n for n in names if n not in MODE_NAMES]
+    if unknown:
+        raise ValueError(f"unknown timing modes {unknown}; known: {', '.join(MODE_NAMES)}")
+    return names
+
+
+# --- the grid -------------------------------------------------------------------------------------
+
+DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
+# float64 is accepted by every kernel but is no part of the grid.
+ITEMSIZE: Mapping[str, int] = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+DEFAULT_SIZES: tuple[int, ...] = tuple(4**k for k in range(5, 15))  # 2^10 .. 2^28, every factor 4
+# A CPU run stops here: a full grid there would take long and says nothing about a GPU.
+CPU_MAX_NUMEL = 2**22
+ROW_WIDTH = 4096  # grid inputs are (numel // 4096, 4096) once they hold a row: an activation's shape
+MODEL_TOKENS: tuple[int, ...] = (1, 16, 128, 1024, 4096, 16384)
+MODEL_HIDDEN: tuple[int, ...] = (3072, 12288)  # Nemotron-H-class MLP widths
+MODEL_DTYPE = "bfloat16"
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a dtype named as results store it ("bfloat16")."""
+    try:
+        return ITEMSIZE[dtype]
+    except KeyError:
+        raise ValueError(f"not a floating-point dtype relu2 measures: {dtype!r} "
+                         f"(known: {', '.join(ITEMSIZE)})") from None
+
+
+def bytes_moved(numel: int, dtype: str) -> int:
+    """Bytes relu² must move: every element read once and written once."""
+    return 2 * numel * itemsize(dtype)
+
+
+def grid_shape(numel: int) -> tuple[int, ...]:
+    """(numel // 4096, 4096) when numel is a whole number of 4096-wide rows, else (numel,)."""
+    if numel >= ROW_WIDTH and numel % ROW_WIDTH == 0:
+        return (numel // ROW_WIDTH, ROW_WIDTH)
+    return (numel,)
+
+
+def format_shape(shape: Sequence[int]) -> str:
+    """A shape as results store it: (4096, 4096) -> "4096x4096", (1024,) -> "1024"."""
+    return "x".join(str(n) for n in shape)
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """ "4096x4096" -> (4096, 4096); ValueError for anything but positive integers joined by x."""
+    try:
+        shape = tuple(int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise ValueError(f"not a shape: {text!r} (use e.g. 4096, 16384x12288)") from None
+    if not shape or any(n < 1 for n in shape):
+        raise ValueError(f"not a shape: {text!r} (every dimension must be >= 1)")
+    return shape
+
+
+def default_sizes(device: str) -> tuple[int, ...]:
+    """The sweep's default sizes: all of DEFAULT_SIZES on CUDA, up to CPU_MAX_NUMEL on the CPU."""
+    return DEFAULT_SIZES if device == "cuda" else tuple(n for n in DEFAULT_SIZES if n <= CPU_MAX_NUMEL)
+
+
+def is_grid_shape(numel: int, shape: str) -> bool:
+    """True for the size grid's cells, whose shape follows from numel alone."""
+    return shape == format_shape(grid_shape(numel))
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One implementation on one input: ``dtype`` by name ("bfloat16"), ``shape`` holding ``numel`` elements."""
+
+    impl: str
+    dtype: str
+    numel: int
+    shape: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        itemsize(self.dtype)  # ValueError for a dtype relu2 does not measure
+        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
+        if math.prod(self.shape) != self.numel:
+            raise ValueError(f"shape {self.shape} holds {math.prod(self.shape)} elements, not numel={self.numel}")
+
+    @property
+    def shape_str(self) -> str:
+        """The shape as results store it: "4096x4096"."""
+        return format_shape(self.shape)
+
+    @property
+    def bytes(self) -> int:
+        return bytes_moved(self.numel, self.dtype)
+
+    @property
+    def input_key(self) -> tuple[str, tuple[int, ...]]:
+        """(dtype, shape): the input this cell shares with the other implementations' cells."""
+        return (self.dtype, self.shape)
+
+    def with_impl(self, impl: str) -> "Cell":
+        return Cell(impl, self.dtype, self.numel, self.shape)
+
+    def describe(self) -> str:
+        return f"{self.impl} {self.dtype} {self.shape_str}"
+
+
+def grid_cells(impls: Iterable[str], dtypes: Iterable[str] = DTYPES, sizes: Iterable[int] = DEFAULT_SIZES) -> list[Cell]:
+    """Every implementation x dtype x size, shaped by ``grid_shape``, grouped by input."""
+    impls = list(impls)
+    return [Cell(impl, dtype, numel, grid_shape(numel)) for dtype in dtypes for numel in sizes for impl in impls]
+
+
+def model_cells(impls: Iterable[str], tokens: Iterable[int] = MODEL_TOKENS, hidden: Iterable[int] = MODEL_HIDDEN,
+                dtypes: Iterable[str] = (MODEL_DTYPE,)) -> list[Cell]:
+    """The activation shapes a model sees: (tokens, hidden) for each implementation, grouped by input."""
+    impls = list(impls)
+    return [Cell(impl, dtype, t * h, (t, h)) for dtype in dtypes for h in hidden for t in tokens for impl in impls]
+
+
+# --- implementations ------------------------------------------------------------------------------
+
+BASELINE = "eager"  # speed-ups are over this one; it is also the definition of correct
+ROOFLINE = "copy"  # every figure's roofline_fraction is measured against this one
+
+
+@dataclass(frozen=True)
+class Style:
+    """How an implementation is drawn: a colour (Okabe-Ito, legible in greyscale) and a marker."""
+
+    colour: str
+    marker: str
+
+
+# The built-ins in display order.  Their code is in relu2.registry (a test keeps the two in step).
+BUILTIN_STYLES: Mapping[str, Style] = {
+    "eager": Style("#D55E00", "o"),
+    "compile": Style("#56B4E9", "s"),
+    "compile_dynamic": Style("#0072B2", "D"),
+    "fused": Style("#009E73", "^"),
+    "triton": Style("#CC79A7", "v"),
+    "copy": Style("#666666", "."),
+}
+BUILTIN_IMPLS: tuple[str, ...] = tuple(BUILTIN_STYLES)
+# Implementations registered by users get one of these, chosen by a stable hash of the name.
+PLUGIN_COLOURS = ("#E69F00", "#000000", "#882255", "#44AA99", "#999933", "#332288", "#AA4499")
+PLUGIN_MARKERS = ("P", "X", "*", "h", "p", "<", ">")
+
+
+def impl_style(name: str) -> Style:
+    """A built-in's style; any other name gets a colour and marker from a stable hash of it."""
+    if name in BUILTIN_STYLES:
+        return BUILTIN_STYLES[name]
+    digest = hashlib.sha256(name.encode()).digest()
+    return Style(PLUGIN_COLOURS[digest[0] % len(PLUGIN_COLOURS)], PLUGIN_MARKERS[digest[1] % len(PLUGIN_MARKERS)])
+
+
+def impl_order(names: Iterable[str]) -> list[str]:
+    """Built-ins in display order, then any others alphabetically."""
+    names = set(names)
+    return [n for n in BUILTIN_IMPLS if n in names] + sorted(names - set(BUILTIN_IMPLS))
+
+
+def dtype_order(names: Iterable[str]) -> list[str]:
+    """The grid's dtypes in their usual order, then any others alphabetically."""
+    names = set(names)
+    return [d for d in DTYPES if d in names] + sorted(names - set(DTYPES))
+
+
+# --- result columns and metrics -------------------------------------------------------------------
+
+_REQUIRED = object()
+
+
+def _nan_if_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the tidy result row.
+
+    ``kind`` parses its CSV text (int, float or str).  A metric has a ``unit``; a derived metric
+    has ``derive``, a function of the row's values so far (earlier columns, plus ``copy_median_s``:
+    the roofline's median of the same input and mode), called by ``relu2.results.make_row`` for
+    sweeps and asv results alike.  ``default`` fills the column when an older CSV lacks it
+    (required columns have none).  ``header`` and ``format`` put it in the sweep's table.
+    """
+
+    name: str
+    kind: type
+    doc: str
+    unit: str = ""
+    derive: Callable[[Mapping[str, Any]], Any] | None = None
+    default: Any = _REQUIRED
+    header: str = ""
+    format: Callable[[Any], str] = str
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+def format_seconds(s: float) -> str:
+    """Seconds in the unit that reads best: ns, µs, ms or s."""
+    if _nan_if_missing(s):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns"
+
+
+def format_bytes(n: float) -> str:
+    """Bytes as B, KiB, MiB or GiB, three significant digits."""
+    if _nan_if_missing(n):
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def _gbps(v: Mapping[str, Any]) -> float:
+    median = v["median_s"]
+    return v["bytes"] / median / 1e9 if median > 0 else float("nan")
+
+
+def _roofline_fraction(v: Mapping[str, Any]) -> float:
+    copy_s, median = v.get("copy_median_s"), v["median_s"]
+    return copy_s / median if not _nan_if_missing(copy_s) and median > 0 else float("nan")
+
+
+# A kernel time faster than a copy of the same bytes, in the same run and mode, is not believable:
+# the margin leaves room for sample noise between two figures of near-equal kernels.  (A launch
+# figure can beat copy's honestly: it includes each path's host overhead.)
+ABOVE_ROOFLINE = 1.10
+
+
+def _flags(v: Mapping[str, Any]) -> str:
+    """Why a figure is implausible ("" when it is not): faster than copy, or spread wider than itself."""
+    flags = []
+    known = v["mode"] in MODE_NAMES
+    if known and mode(v["mode"]).kernel_time and v["roofline_fraction"] > ABOVE_ROOFLINE:  # NaN compares False
+        flags.append("above-roofline")
+    if v["q75_s"] - v["q25_s"] > v["median_s"]:
+        flags.append("wide-iqr")
+    return ";".join(flags)
+
+
+FLAG_DOCS: Mapping[str, str] = {
+    "above-roofline": f"a kernel time more than {ABOVE_ROOFLINE:.2f}x as fast as a copy of the same bytes "
+                      "in the same run",
+    "wide-iqr": "interquartile range wider than the median: the samples disagree",
+}
+
+COLUMNS: tuple[Column, ...] = (
+    Column("machine", str, "the machine it was measured on"),
+    Column("commit", str, "the git commit measured (full hash)"),
+    Column("date", str, "ISO 8601: the commit's date (asv) or the sweep's start"),
+    Column("impl", str, "the implementation"),
+    Column("dtype", str, "float32, float16 or bfloat16"),
+    Column("numel", int, "elements of the input"),
+    Column("shape", str, 'the input\'s shape, "4096x4096"'),
+    Column("mode", str, "the timing mode: " + ", ".join(MODE_NAMES)),
+    Column("median_s", float, "median of the samples", unit="s", header="median", format=format_seconds),
+    Column("q25_s", float, "first quartile of the samples", unit="s"),
+    Column("q75_s", float, "third quartile of the samples", unit="s"),
+    Column("bytes", int, "bytes relu² must move: 2 x numel x itemsize", unit="B",
+           derive=lambda v: bytes_moved(v["numel"], v["dtype"])),
+    Column("gbps", float, "bytes / median", unit="GB/s", derive=_gbps, header="GB/s",
+           format=lambda x: "-" if _nan_if_missing(x) else f"{x:.1f}"),
+    Column("roofline_fraction", float, "copy's median / this median, same input and mode (1.0: as fast as a copy)",
+           derive=_roofline_fraction, header="% copy",
+           format=lambda x: "-" if _nan_if_missing(x) else f"{100 * x:.0f}%"),
+    Column("status", str, "ok, failed or skipped"),
+    Column("reason", str, "why a figure is failed or skipped", default=""),
+    Column("peak_bytes", float, "GPU memory allocated at the peak of one call (NaN off CUDA)", unit="B",
+           default=float("nan"), header="peak mem", format=format_bytes),
+    Column("flags", str, "implausible figures: " + "; ".join(f"{k}: {d}" for k, d in FLAG_DOCS.items()),
+           derive=_flags, default="", header="flags"),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+STATUSES = ("ok", "failed", "skipped")
+
+
+def derive(values: dict[str, Any]) -> dict[str, Any]:
+    """Fill every derived column of an ok figure in ``values`` (in place, in column order) and return it."""
+    for column in COLUMNS:
+        if column.derive is not None:
+            values[column.name] = column.derive(values)
+    return values
