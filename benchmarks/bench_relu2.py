@@ -2,9 +2,9 @@
 
 How it is built (docs/tracking.md and docs/methodology.md say why):
 
-* The module-level ``setup_cache`` measures the whole grid once per commit, in one process
-  (``relu2.sweep.run_sweep``: bitwise agreement first, then the hot/cold/launch timings), and
-  returns plain Python data.  asv runs every parameter combination in its own process; those
+* The module-level ``setup_cache`` measures the whole grid once per commit (``relu2.sweep.run_sweep``:
+  bitwise agreement first, then the timings), each implementation in a worker process of its own so
+  a crash costs only that implementation's cells, and returns plain Python data.  asv runs every parameter combination in its own process; those
   processes only read the cache, never import torch, and take a fraction of a second.
 * ``track_<mode>``, one per timing mode of ``relu2.schema.MODES``, returns ``{"samples":
   [seconds...], "number": 1}`` so asv keeps the samples (median, IQR, CI); ``track_peak_memory``
@@ -25,8 +25,10 @@ Environment variables:
 
 * ``RELU2_BENCH_QUICK=1``: a tiny grid (eager and copy, float32, 2^10 and 2^12 elements, one
   model shape) and a short timing budget, for tests and smoke runs.
-* ``RELU2_BENCH_IMPLS=a,b,c``: the implementations to measure (default: the six built-ins plus any
+* ``RELU2_BENCH_IMPLS=a,b,c``: the implementations to measure (default: the built-ins plus any
   registered through the ``relu2.implementations`` entry point group).
+* ``RELU2_TIMEOUT=SECONDS``: an implementation silent this long on one input is killed and its
+  remaining cells fail (default 300; each implementation runs in a worker process of its own).
 """
 
 import os
@@ -78,7 +80,7 @@ HIDDEN = QUICK_HIDDEN if _quick() else MODEL_HIDDEN
 
 
 def setup_cache():
-    """Measure every cell of both suites once (one process, one CUDA context) and return plain data.
+    """Measure every cell of both suites once (a worker process per implementation) and return plain data.
 
     ``{"device": str, "grid": {(impl, dtype, numel): entry}, "model": {(impl, tokens, hidden): entry}}``
     where an entry is ``{"status", "reason", "peak_bytes", "modes": {mode: {"status", "reason",
@@ -87,6 +89,7 @@ def setup_cache():
     import torch
 
     from relu2 import sweep
+    from relu2.isolation import timeout_from_env
     from relu2.timing import DEFAULT_BUDGET, QUICK_BUDGET
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -97,7 +100,10 @@ def setup_cache():
     grid = [c for c in grid_cells(IMPLS, GRID_DTYPES, GRID_NUMELS) if measurable(c.numel)]
     model = [c for c in model_cells(IMPLS, TOKENS, HIDDEN, (MODEL_DTYPE,)) if measurable(c.numel)]
     budget = QUICK_BUDGET if _quick() else DEFAULT_BUDGET
-    measured = {r.cell: r for r in sweep.run_sweep(grid + model, device=device, budget=budget).results}
+    # A kernel that crashes or hangs costs its own cells only; RELU2_TIMEOUT bounds a hang.
+    with sweep.measurer(grid + model, device, timeout_s=timeout_from_env()) as measurer:
+        results = sweep.run_sweep(grid + model, device=device, budget=budget, measurer=measurer).results
+    measured = {r.cell: r for r in results}
     return {
         "device": device,
         "grid": {(c.impl, c.dtype, c.numel): _entry(measured[c]) for c in grid},

@@ -87,7 +87,14 @@ def check_agreement(impl: "Implementation | str", x: torch.Tensor) -> None:
     """
     from relu2.registry import get
 
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"check_agreement needs a torch.Tensor input, got {type(x).__name__}")
+    if x.dtype not in _INT_VIEW:
+        raise TypeError(f"check_agreement needs a floating-point tensor ({', '.join(str(d).removeprefix('torch.') for d in _INT_VIEW)}), "
+                        f"got {x.dtype}")
     impl = get(impl) if isinstance(impl, str) else impl
+    if not impl.is_relu2:
+        raise ValueError(f"{impl.name} is a reference, not relu²: there is no agreement to check")
     where = f"{impl.name} on {x.dtype} {tuple(x.shape)} ({x.device.type}, strides {tuple(x.stride())})"
     before = x.clone()
     expected = relu_squared_reference(x)

@@ -130,13 +130,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from relu2.timing import Budget
 
     device = machine.resolve_device(args.device)
-    names = list(args.impl or sweep.registered_names())
+    known = sweep.registered_names()
+    names = list(args.impl or known)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        return _fail("sweep", f"unknown implementation(s): {', '.join(unknown)}; known: {', '.join(known)}")
     if schema.ROOFLINE not in names:
         names.append(schema.ROOFLINE)  # the roofline every figure is compared with
-    unknown = [n for n in names if n not in sweep.registered_names()]
-    if unknown:
-        return _fail("sweep", f"unknown implementation(s): {', '.join(unknown)}; "
-                              f"known: {', '.join(sweep.registered_names())}")
     sizes = args.sizes or schema.default_sizes(device)
     cells = schema.grid_cells(names, args.dtype, sizes)
     if args.model_shapes:
@@ -144,13 +144,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sweep.check_fits(cells, device)  # UsageError before anything runs
     out = Path(args.out)
     budget = Budget(samples=args.samples, sample_ms=args.sample_ms)
-    print(f"relu2 sweep: {len(cells)} cells x {len(args.modes)} modes on {device}; writing {out}/", file=sys.stderr)
+    warning = machine.contention_warning(device, set())
+    if warning:
+        print(f"relu2 sweep: warning: {warning}", file=sys.stderr)
     # Rows are checkpointed input by input, so Ctrl-C (or a kill) loses at most the input being
     # measured, and the same command run again measures only what is missing.
     partial = out / "sweep.partial.csv"
     try:
-        rows = sweep.run_resumable(cells, args.modes, device, args.machine or machine.machine_name(device),
-                                   machine.git_commit(), partial, progress=not args.no_progress, budget=budget)
+        with sweep.locked(out, "relu2 sweep"), \
+                sweep.measurer(cells, device, isolate=not args.in_process, timeout_s=args.timeout,
+                               progress=not args.no_progress) as measurer:
+            absent = {n: measurer.ready(n) for n in args.impl or []}
+            absent = {n: r.why_not(device) for n, r in absent.items() if r is not None and not r.broken and r.why_not(device)}
+            if absent:
+                return _fail("sweep", "cannot run here: " + "; ".join(f"{n}: {why.splitlines()[0]}"
+                                                                       for n, why in absent.items()))
+            print(f"relu2 sweep: {len(cells)} cells x {len(args.modes)} modes on {device}; writing {out}/",
+                  file=sys.stderr)
+            rows = sweep.run_resumable(cells, args.modes, device, args.machine or machine.machine_name(device),
+                                       machine.git_commit(), partial, progress=not args.no_progress, budget=budget,
+                                       measurer=measurer)
     except KeyboardInterrupt:
         kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
         print(f"\nrelu2 sweep: interrupted; {kept}. Run the same command again (same --out, commit and "
@@ -277,8 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="For every implementation x dtype x size: check agreement on a fresh input, "
                        f"then time it in each mode: {modes}. Writes DIR/sweep.csv (the columns of `relu2 export`) "
                        "and plots, prints a table (! marks implausible figures). Runs on the CPU when there is no "
-                       "GPU. Exit 1 if any cell failed. Interrupted, it keeps what it measured in "
-                       "DIR/sweep.partial.csv; the same command again resumes.")
+                       "GPU. Each implementation runs in a worker process of its own: one that crashes or hangs fails "
+                       "its own cells, with the reason, and the others are measured. Exit 1 if any cell failed, 2 "
+                       "on unusable input or when an implementation named with --impl cannot run here. "
+                       "Interrupted, it keeps what it measured in DIR/sweep.partial.csv; the same command again "
+                       "resumes.")
     _add_device(p)
     p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all; copy always)")
     p.add_argument("--dtype", type=_csv_list(schema.DTYPES), default=list(schema.DTYPES), help="default: all three")
@@ -290,10 +306,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=_positive(int), default=10, help="samples per figure (default: 10)")
     p.add_argument("--sample-ms", type=_positive(float), default=5.0,
                    help="milliseconds of calls per sample (default: 5)")
+    p.add_argument("--timeout", type=_positive(float), default=None, metavar="SECONDS",
+                   help="an implementation that gives no answer for one input in this long is killed and its "
+                   "remaining cells fail (default: 300)")
+    p.add_argument("--in-process", action="store_true",
+                   help="measure every implementation in this process, not a worker process each (for a "
+                   "debugger; a crashing kernel then ends the run, and compiler caches are not private)")
     p.add_argument("--machine", default=None,
                    help="machine name recorded in the CSV (default: the GPU's name on CUDA, else the hostname)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", required=True, help="output directory (locked while the sweep runs)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("plot", help="latency, bandwidth, speed-up, memory and history plots",

@@ -71,6 +71,52 @@ def device_memory_bytes(device: str) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+# --- contention: other work on the device while it is timed --------------------------------------
+
+
+def other_gpu_processes(own_pids: set[int]) -> list[str]:
+    """"pid NAME (N MiB)" of each compute process on the GPUs that is not ours; [] when none or unknowable.
+
+    nvidia-smi in a container may not see the processes of other containers: silence proves little.
+    """
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    others = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit() and int(parts[0]) not in own_pids:
+            others.append(f"pid {parts[0]} {parts[1]} ({parts[2]} MiB)")
+    return others
+
+
+def cpu_contention() -> float:
+    """Runnable processes beyond the one measuring (1-minute load average minus one), never below 0."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 0.0
+    return max(0.0, load - 1.0)
+
+
+def contention_warning(device: str, own_pids: set[int]) -> str:
+    """A one-line warning when other work competes with the timings on ``device``, else ""."""
+    if device == "cuda":
+        others = other_gpu_processes(own_pids | {os.getpid()})
+        if others:
+            return f"other processes are using the GPU while it is timed: {'; '.join(others)}"
+    busy = cpu_contention()
+    cores = os.cpu_count() or 1
+    if busy >= max(1.0, cores / 4):
+        return (f"the CPU is busy (load average {busy + 1:.1f} on {cores} cores) while timing: "
+                f"{'every figure' if device == 'cpu' else 'the launch figures'} may be inflated")
+    return ""
+
+
 # --- git ------------------------------------------------------------------------------------------
 
 

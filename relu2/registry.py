@@ -205,6 +205,7 @@ BUILTINS: dict[str, Callable[[], Implementation]] = {
 # piece of global state.
 _registry: dict[str, Implementation | Callable[[], Implementation]] = dict(BUILTINS)
 _entry_points_loaded = False
+_registered_here: set[str] = set()
 
 
 def register(
@@ -228,6 +229,7 @@ def register(
         raise TypeError(f"fn for {name!r} must be callable, got {type(fn).__name__}")
     impl = Implementation(name, fn, devices=tuple(devices), description=description)
     _registry[name] = impl
+    _registered_here.add(name)
     return impl
 
 
@@ -236,6 +238,16 @@ def unregister(name: str) -> None:
     if name in BUILTINS:
         raise ValueError(f"{name!r} is a built-in implementation")
     _registry.pop(name, None)
+    _registered_here.discard(name)
+
+
+def registered_here() -> dict[str, Implementation]:
+    """The implementations ``register`` added in this process (not built-ins, not entry points).
+
+    A sweep's worker processes start fresh: these are sent to them (pickled), the others they
+    find themselves.
+    """
+    return {name: _registry[name] for name in _registered_here if isinstance(_registry.get(name), Implementation)}
 
 
 def _load_entry_points() -> None:

@@ -298,16 +298,19 @@ def _roofline_fraction(v: Mapping[str, Any]) -> float:
 
 
 # A kernel time faster than a copy of the same bytes, in the same run and mode, is not believable:
-# the margin leaves room for sample noise between two figures of near-equal kernels.  (A launch
-# figure can beat copy's honestly: it includes each path's host overhead.)
+# the margin leaves room for sample noise between two figures of near-equal kernels.  Below
+# ABOVE_ROOFLINE_MIN_BYTES per call both figures are mostly per-call overhead (on the CPU every mode
+# includes the dispatch), and a launch figure can beat copy's honestly: neither is flagged.
 ABOVE_ROOFLINE = 1.10
+ABOVE_ROOFLINE_MIN_BYTES = 1 << 20
 
 
 def _flags(v: Mapping[str, Any]) -> str:
     """Why a figure is implausible ("" when it is not): faster than copy, or spread wider than itself."""
     flags = []
     known = v["mode"] in MODE_NAMES
-    if known and mode(v["mode"]).kernel_time and v["roofline_fraction"] > ABOVE_ROOFLINE:  # NaN compares False
+    if (known and mode(v["mode"]).kernel_time and v["bytes"] >= ABOVE_ROOFLINE_MIN_BYTES
+            and v["roofline_fraction"] > ABOVE_ROOFLINE):  # NaN compares False
         flags.append("above-roofline")
     if v["q75_s"] - v["q25_s"] > v["median_s"]:
         flags.append("wide-iqr")
@@ -316,7 +319,7 @@ def _flags(v: Mapping[str, Any]) -> str:
 
 FLAG_DOCS: Mapping[str, str] = {
     "above-roofline": f"a kernel time more than {ABOVE_ROOFLINE:.2f}x as fast as a copy of the same bytes "
-                      "in the same run",
+                      f"in the same run (checked from {ABOVE_ROOFLINE_MIN_BYTES >> 20} MiB moved)",
     "wide-iqr": "interquartile range wider than the median: the samples disagree",
 }
 

@@ -7,6 +7,9 @@ is recorded "skipped"; any other error fails that cell only and the sweep goes o
 reference is timed for every (dtype, shape) first, so every figure gets the fraction of the copy
 roofline measured in the same run and mode.
 
+Cells are measured by a ``Measurer``: by default a worker process per implementation
+(``relu2.isolation``), so a kernel that crashes or hangs costs only its own cells.
+
 ``run_resumable`` measures one input (dtype, shape) at a time and checkpoints the rows after each,
 so an interrupted sweep loses at most the input it was on and a re-run picks up from there.
 """
@@ -14,10 +17,11 @@ so an interrupted sweep loses at most the input it was on and a re-run picks up 
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Protocol, Sequence
 
 from tqdm import tqdm
 
@@ -25,6 +29,7 @@ from relu2.results import Row, make_row, read_csv, write_csv
 from relu2.schema import ROOFLINE, Cell, check_modes
 
 if TYPE_CHECKING:
+    from relu2.isolation import Ready
     from relu2.measure import CellResult
     from relu2.timing import Budget
 
@@ -32,18 +37,44 @@ GroupKey = tuple[str, tuple[int, ...]]  # (dtype, shape): one input, measured in
 
 
 class Measurer(Protocol):
-    """What measures a cell: in this process (``InProcess``) or in a worker per implementation."""
+    """What measures a cell: a worker per implementation (``relu2.isolation.WorkerPool``) or this process."""
 
     def measure(self, cell: Cell, modes: Sequence[str], device: str, budget: "Budget | None") -> "CellResult": ...
 
+    def ready(self, name: str) -> "Ready | None": ...
+
 
 class InProcess:
-    """Every cell measured in this process: no isolation (a crashing kernel ends the run)."""
+    """Every cell measured in this process: no isolation (a crashing kernel ends the run); for debugging."""
 
     def measure(self, cell: Cell, modes: Sequence[str], device: str, budget: "Budget | None") -> "CellResult":
         from relu2.measure import measure_cell
 
         return measure_cell(cell, modes, device, budget)
+
+    def ready(self, name: str) -> "Ready | None":
+        from relu2.isolation import Ready
+        from relu2.registry import get
+
+        impl = get(name)
+        return Ready(impl.available, impl.broken, impl.reason, impl.devices)
+
+
+@contextmanager
+def measurer(cells: Iterable[Cell], device: str, isolate: bool = True, timeout_s: float | None = None,
+             progress: bool = False) -> Iterator[Measurer]:
+    """A worker per implementation of ``cells`` (and the roofline), started and ready; or this process."""
+    if not isolate:
+        yield InProcess()
+        return
+    from relu2.isolation import DEFAULT_TIMEOUT_S, WorkerPool
+
+    names = list(dict.fromkeys([ROOFLINE] + [c.impl for c in cells]))
+    if progress:
+        print(f"relu2 sweep: starting {len(names)} worker processes, one per implementation "
+              f"({', '.join(names)})", file=sys.stderr)
+    with WorkerPool(names, device, timeout_s or DEFAULT_TIMEOUT_S) as pool:
+        yield pool
 
 
 @dataclass
@@ -140,6 +171,38 @@ def run_sweep(
     return Sweep(device=device, modes=modes, results=[measured[c] for c in cells], references=references)
 
 
+@contextmanager
+def locked(out: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on the folder ``out`` (creating it) for the block.
+
+    A second sweep into the same folder would interleave its checkpoint with this one's and spoil
+    both sets of figures by contention: it gets a UsageError naming who holds the lock.
+    """
+    import fcntl
+    import os
+    import socket
+
+    from relu2.machine import UsageError
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / ".relu2.lock"
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            raise UsageError(f"{out} is in use by {holder}; wait for it to finish or choose another --out") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()} ({what}) since {now_iso()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            f.truncate(0)  # the lock dies with the file handle; an empty file names nobody
+
+
 def registered_names() -> list[str]:
     """The implementations a sweep can be asked for (built-ins, registrations, entry points), unresolved."""
     from relu2.registry import names
@@ -223,17 +286,42 @@ def run_resumable(
     if done:
         print(f"resuming: {len(done)} of {len(groups)} groups already measured in {checkpoint}", file=sys.stderr)
     rows: dict[GroupKey, list[Row]] = dict(done)
+    watch = _ContentionWatch(device, measurer)
     with tqdm(total=len(cells), desc="relu2 sweep", unit="cell", file=sys.stderr, disable=not progress) as bar:
         bar.update(sum(len(groups[key]) for key in done))
         for key, group in groups.items():
             if key in done:
                 continue
+            watch.check()
             bar.set_postfix_str(f"{key[0]} {'x'.join(map(str, key[1]))}", refresh=False)
             sweep = run_sweep(group, modes, device, progress=False, budget=budget, measurer=measurer)
             rows[key] = sweep.rows(machine, commit, date)
             write_csv(_in_cell_order(cells, rows), checkpoint)  # atomic: a kill here keeps the last one
             bar.update(len(group))
     return _in_cell_order(cells, rows)
+
+
+class _ContentionWatch:
+    """Warns (stderr, at most once a minute) while other processes compete for the device being timed."""
+
+    INTERVAL_S = 60.0
+
+    def __init__(self, device: str, measurer: "Measurer | None") -> None:
+        self.device = device
+        self.own = measurer.pids() if hasattr(measurer, "pids") else set()
+        self.last = -self.INTERVAL_S
+
+    def check(self) -> None:
+        import time
+
+        from relu2.machine import contention_warning
+
+        if time.monotonic() - self.last < self.INTERVAL_S:
+            return
+        self.last = time.monotonic()
+        warning = contention_warning(self.device, self.own)
+        if warning:
+            print(f"\nwarning: {warning}", file=sys.stderr)
 
 
 def _resume_from(

@@ -21,6 +21,7 @@ CUDA) a graph capture, so a whole grid stays at a few minutes per commit.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,7 @@ ROTATION_FACTOR = 4
 # cold on CUDA: bytes written before each sample to evict the L2, as a multiple of its size.
 FLUSH_FACTOR = 2
 CPU_CACHE_FALLBACK_BYTES = 32 << 20
+MAX_CPU_SETS = 4096
 _CPU_CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -218,9 +220,25 @@ def _cpu_launch(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     return _wallclock_samples(_repeat(fn, x), _no_sync, budget)
 
 
+def cpu_rotation_sets(set_bytes: int, cache_bytes: int, free_bytes: int) -> int:
+    """Input copies the CPU's cold figure rotates over: enough to exceed ROTATION_FACTOR x the cache,
+    but at most MAX_CPU_SETS (tiny inputs would need millions of tensors) and within a quarter of
+    the free memory.  Below cache / MAX_CPU_SETS per set the figure is therefore partly cache-warm."""
+    wanted = math.ceil(ROTATION_FACTOR * cache_bytes / max(1, set_bytes))
+    affordable = max(1, free_bytes // 4 // max(1, set_bytes))
+    return max(1, min(wanted, MAX_CPU_SETS, affordable))
+
+
+def _available_host_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+    except (OSError, ValueError):
+        return 1 << 30
+
+
 def _cpu_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
-    set_bytes = max(1, bytes_moved(x.numel(), dtype_name(x.dtype)))
-    n_sets = max(1, math.ceil(ROTATION_FACTOR * cpu_cache_bytes() / set_bytes))
+    set_bytes = bytes_moved(x.numel(), dtype_name(x.dtype))
+    n_sets = cpu_rotation_sets(set_bytes, cpu_cache_bytes(), _available_host_bytes())
     return _wallclock_samples(_rotation(fn, x, n_sets), _no_sync, budget)
 
 

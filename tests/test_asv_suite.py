@@ -108,22 +108,25 @@ def test_asv_check_passes(tmp_path):
     assert "No problems found" in run.stdout
 
 
-def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_impl, capsys):
-    from asv_runner.benchmarks.mark import SkipNotImplemented
-
+def wrong_counting_calls(x):
+    """relu² + 1, logging each call to $RELU2_TEST_CALLS (it runs in a worker process, not here)."""
     from relu2.reference import relu_squared_reference
 
-    calls = []
+    with open(os.environ["RELU2_TEST_CALLS"], "a") as f:
+        f.write(f"{x.numel()}\n")
+    return relu_squared_reference(x) + 1
 
-    def wrong(x):
-        calls.append(1)
-        return relu_squared_reference(x) + 1
 
-    temporary_impl("wrong", wrong)
+def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_impl, capsys, tmp_path, monkeypatch):
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("RELU2_TEST_CALLS", str(calls))
+    temporary_impl("wrong", wrong_counting_calls)
     cache = bench.setup_cache()
     grid, model = bench.Grid(), bench.ModelShapes()
     # one agreement call per input (two grid sizes, one model shape), no timing calls
-    assert len(calls) == 3
+    assert sorted(calls.read_text().split()) == ["1024", "3072", "4096"]
 
     grid.setup(cache, "wrong", "float32", 1024)  # failed is not skipped: the track_ methods raise
     for track in (grid.track_hot, grid.track_cold, grid.track_launch, grid.track_peak_memory):
@@ -166,13 +169,17 @@ def _wrong_entry_point(where: Path) -> Path:
     """A 'wrong' implementation installed through the relu2.implementations entry point group."""
     where.mkdir()
     (where / "wrongimpl.py").write_text(
+        "import ctypes\n"
         "import relu2\n\n"
         "def make():\n"
-        "    return relu2.Implementation('wrong', lambda x: x.clone())\n")
+        "    return relu2.Implementation('wrong', lambda x: x.clone())\n\n"
+        "def make_crash():\n"
+        "    return relu2.Implementation('segfaults', lambda x: ctypes.string_at(0))\n")
     info = where / "wrongimpl-0.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: wrongimpl\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text("[relu2.implementations]\nwrong = wrongimpl:make\n")
+    (info / "entry_points.txt").write_text("[relu2.implementations]\nwrong = wrongimpl:make\n"
+                                           "segfaults = wrongimpl:make_crash\n")
     return where
 
 
@@ -184,7 +191,7 @@ def test_asv_run_and_publish_end_to_end(tmp_path):
     config = tmp_path / "asv.conf.json"
     config.write_text(json.dumps(conf))
     plugins = _wrong_entry_point(tmp_path / "plugins")
-    env = _asv_env(tmp_path, RELU2_BENCH_QUICK="1", RELU2_BENCH_IMPLS="eager,copy,triton,wrong",
+    env = _asv_env(tmp_path, RELU2_BENCH_QUICK="1", RELU2_BENCH_IMPLS="eager,copy,triton,wrong,segfaults",
                    ASV_PYTHONPATH=os.pathsep.join([str(ROOT), str(plugins)]))
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -202,21 +209,23 @@ def test_asv_run_and_publish_end_to_end(tmp_path):
               "--bench", "Grid.track_hot", "--bench", "Grid.track_peak_memory", "--bench", "ModelShapes.track_cold",
               ok=(2,))
     assert "elements differ" in run.stdout  # the wrong implementation's reason reaches asv's log
+    assert "SIGSEGV" in run.stdout  # and the crashing one's
 
     (result_file,) = [p for p in (tmp_path / "results" / "ci-box").glob("*.json") if p.name != "machine.json"]
     saved = json.loads(result_file.read_text(), parse_constant=lambda c: float(c))
     results = saved["results"]
     columns = saved["result_columns"]
     hot = dict(zip(columns, results["bench_relu2.Grid.track_hot"]))
-    assert hot["params"] == [["'eager'", "'copy'", "'triton'", "'wrong'"], ["'float32'"], ["1024", "4096"]]
-    values = hot["result"]  # impl-major: eager x2, copy x2, triton x2, wrong x2
-    assert all(v is not None and 0 < v < 1 for v in values[:4])  # measured
+    assert hot["params"] == [["'eager'", "'copy'", "'triton'", "'wrong'", "'segfaults'"], ["'float32'"],
+                             ["1024", "4096"]]
+    values = hot["result"]  # impl-major: eager x2, copy x2, triton x2, wrong x2, segfaults x2
+    assert all(v is not None and 0 < v < 1 for v in values[:4])  # measured, the crash notwithstanding
     assert all(v is not None and math.isnan(v) for v in values[4:6])  # skipped: n/a
-    assert values[6:] == [None, None]  # failed
+    assert values[6:] == [None, None, None, None]  # failed
     for i in range(4):  # asv took median and quartiles from the samples
         assert hot["stats_q_25"][i] <= values[i] <= hot["stats_q_75"][i]
     memory = dict(zip(columns, results["bench_relu2.Grid.track_peak_memory"]))["result"]
-    assert memory[6:] == [None, None]
+    assert memory[6:] == [None, None, None, None]
 
     asv("publish")
     index = json.loads((tmp_path / "html" / "index.json").read_text())

@@ -16,10 +16,14 @@ import asv_fixture as fx  # noqa: E402
 SUBCOMMANDS = ("info", "check", "sweep", "plot", "export", "gate", "asv", "build")
 
 
+def squares_everything(x):
+    """Not relu²: it squares negatives too (module level, so a sweep's worker process can run it)."""
+    return x * x
+
+
 @pytest.fixture
 def wrong_impl():
-    """A registered implementation that is not relu² (it squares negatives too)."""
-    relu2.register("squares_everything", lambda x: x * x)
+    relu2.register("squares_everything", squares_everything)
     yield "squares_everything"
     relu2.unregister("squares_everything")
 

@@ -1,0 +1,122 @@
+"""Bad input gets one clear line on stderr, exit 2, and nothing written."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import relu2
+from relu2 import cli, sweep
+from relu2.timing import MAX_CPU_SETS, cpu_rotation_sets
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import asv_fixture as fx  # noqa: E402
+
+NO_GPU = not torch.cuda.is_available()
+
+
+def _refused(argv: list[str], capsys, *expected: str) -> str:
+    """Run the CLI (argparse errors exit by SystemExit, ours by return); expect exit 2 and one line."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    last = err.splitlines()[-1]
+    for text in expected:
+        assert text in last, last
+    return last
+
+
+@pytest.mark.parametrize("token", ["0", "-5", "2^99", "2^-1", "1.5", "0x10", "4Q"])
+def test_a_bad_size_is_named_with_the_forms_accepted(token, tmp_path, capsys):
+    out = tmp_path / "out"
+    line = _refused(["sweep", "--sizes", f"2^10,{token}", "--out", str(out)], capsys, repr(token))
+    assert "2^20" in line or "2^40" in line
+    assert not out.exists()
+
+
+def test_no_sizes_at_all_is_refused(tmp_path, capsys):
+    _refused(["sweep", "--sizes", ",", "--out", str(tmp_path / "out")], capsys, "no sizes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_size_that_cannot_fit_is_refused_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    _refused(["sweep", "--device", "cpu", "--sizes", "2^39", "--impl", "eager", "--out", str(out)], capsys,
+             "549755813888 elements", "needs about")
+    assert not out.exists()
+
+
+def test_tiny_sizes_run_and_the_cpu_cold_rotation_is_bounded(tmp_path):
+    assert cpu_rotation_sets(set_bytes=8, cache_bytes=300 << 20, free_bytes=8 << 30) == MAX_CPU_SETS
+    assert cpu_rotation_sets(set_bytes=2 << 30, cache_bytes=300 << 20, free_bytes=8 << 30) == 1
+    assert cpu_rotation_sets(set_bytes=64 << 20, cache_bytes=300 << 20, free_bytes=1 << 30) == 4  # memory-bound
+    code = cli.main(["sweep", "--device", "cpu", "--sizes", "1,16", "--impl", "eager", "--dtype", "float32",
+                     "--modes", "cold", "--samples", "2", "--sample-ms", "0.2", "--no-progress", "--in-process",
+                     "--out", str(tmp_path / "out")])
+    assert code == 0
+
+
+@pytest.mark.skipif(not NO_GPU, reason="there is a GPU here")
+@pytest.mark.parametrize("command", ["check", "info", "sweep"])
+def test_cuda_asked_for_without_a_gpu(command, tmp_path, capsys):
+    argv = [command, "--device", "cuda"] + (["--out", str(tmp_path / "out")] if command == "sweep" else [])
+    _refused(argv, capsys, "--device cuda", "torch.cuda.is_available() is False")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_copy_reference_is_not_relu2(capsys):
+    _refused(["check", "--impl", "copy"], capsys, "copy is a reference, not relu²")
+    with pytest.raises(ValueError, match="reference"):
+        relu2.relu_squared(torch.ones(4), impl="copy")
+    with pytest.raises(ValueError, match="reference"):
+        relu2.check_agreement("copy", torch.ones(4))
+
+
+def test_an_implementation_named_that_cannot_run_here(capsys, tmp_path):
+    if not NO_GPU:
+        pytest.skip("triton runs here")
+    _refused(["check", "--impl", "triton", "--device", "cpu"], capsys, "cannot run here", "triton")
+    _refused(["sweep", "--impl", "triton", "--device", "cpu", "--sizes", "2^10", "--no-progress",
+              "--out", str(tmp_path / "out")], capsys, "cannot run here", "triton")
+    assert not (tmp_path / "out" / "sweep.csv").exists()
+
+
+@pytest.mark.parametrize("x, what", [(torch.arange(4), "torch.int64"), ([1.0, -2.0], "list"),
+                                     (torch.ones(2, dtype=torch.bool), "torch.bool")])
+def test_check_agreement_names_a_bad_input(x, what):
+    with pytest.raises(TypeError, match=what):
+        relu2.check_agreement("eager", x)
+
+
+def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    with sweep.locked(out, "relu2 sweep (the first)"):
+        _refused(["sweep", "--device", "cpu", "--impl", "eager", "--sizes", "2^10", "--no-progress",
+                  "--out", str(out)], capsys, "is in use by pid", "relu2 sweep (the first)")
+    assert sorted(p.name for p in out.iterdir()) == [".relu2.lock"]
+
+
+def test_a_machine_folder_without_results_is_no_machine(tmp_path, capsys):
+    results = fx.copy_results(tmp_path / "results")
+    (results / "empty-box").mkdir()
+    shutil.copy(results / fx.MACHINE / "machine.json", results / "empty-box" / "machine.json")
+    assert cli.main(["gate", fx.COMMIT_2[:8], fx.COMMIT_2[:8], "--results", str(results)]) == 0
+
+
+def test_an_unwritable_output_is_named_not_its_temporary_file(tmp_path, capsys):
+    line = _refused(["export", str(fx.RESULTS), "--out", "/proc/relu2-export.csv"], capsys, "/proc/relu2-export.csv")
+    assert ".tmp" not in line
+
+
+def test_binary_garbage_given_to_plot_is_named(tmp_path, capsys):
+    garbage = tmp_path / "garbage.csv"
+    garbage.write_bytes(bytes(range(256)) * 16)
+    _refused(["plot", str(garbage), "--out", str(tmp_path / "plots")], capsys, str(garbage))
+    assert not (tmp_path / "plots").exists()

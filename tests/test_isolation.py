@@ -1,0 +1,119 @@
+"""Isolation: an implementation that segfaults, aborts, hangs or runs out of memory costs only its own cells.
+
+Each one runs in a worker process of its own (relu2.isolation); these implementations are defined
+at module level so the workers can unpickle them.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import relu2
+from conftest import requires_cuda
+from relu2 import cli
+from relu2.isolation import WorkerPool, death_reason
+from relu2.schema import grid_cells
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+
+FAST = ["--samples", "2", "--sample-ms", "0.2", "--modes", "hot", "--no-progress"]
+
+
+def segfaults(x):
+    ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+def aborts(x):
+    os.abort()
+
+
+def hangs(x):
+    time.sleep(3600)
+
+
+def exhausts_memory(x):
+    raise MemoryError("simulated: the host is out of memory")
+
+
+BAD = {"segfaults": segfaults, "aborts": aborts, "hangs": hangs, "exhausts_memory": exhausts_memory}
+
+
+@pytest.fixture
+def bad_impls():
+    for name, fn in BAD.items():
+        relu2.register(name, fn, replace=True)
+    yield list(BAD)
+    for name in BAD:
+        relu2.unregister(name)
+
+
+def _rows(path: Path) -> dict[tuple[str, str], dict]:
+    return {(r["impl"], r["numel"]): r for r in csv.DictReader(open(path))}
+
+
+def test_crashing_and_hanging_implementations_cost_only_their_own_cells(bad_impls, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = cli.main(["sweep", "--device", "cpu", "--impl", ",".join(["eager", *bad_impls, "fused"]),
+                     "--dtype", "float32", "--sizes", "2^10,2^12", "--timeout", "5", "--out", str(out), *FAST])
+    assert code == 1
+    rows = _rows(out / "sweep.csv")
+    assert len(rows) == 2 * 7  # eager, four bad ones, fused and copy at two sizes: nothing lost
+    for impl in ("eager", "fused", "copy"):
+        for numel in ("1024", "4096"):
+            assert rows[(impl, numel)]["status"] == "ok" and float(rows[(impl, numel)]["median_s"]) > 0
+    assert "killed by SIGSEGV" in rows[("segfaults", "1024")]["reason"]
+    assert "killed by SIGABRT" in rows[("aborts", "1024")]["reason"]
+    assert "no answer in 5 s while measuring hangs float32 1024" in rows[("hangs", "1024")]["reason"]
+    for impl in ("segfaults", "aborts", "hangs"):  # the rest of a dead worker's cells: failed, saying why
+        later = rows[(impl, "4096")]
+        assert later["status"] == "failed" and later["reason"].startswith("not measured: ")
+    for numel in ("1024", "4096"):  # an exception is no crash: the worker lives on
+        row = rows[("exhausts_memory", numel)]
+        assert row["status"] == "failed" and "MemoryError: simulated" in row["reason"]
+    assert not (out / "sweep.partial.csv").exists()
+
+
+def test_an_unpicklable_registration_fails_with_the_rule(tmp_path):
+    relu2.register("closure", lambda x: x, replace=True)
+    try:
+        with WorkerPool(["closure"], "cpu") as pool:
+            (cell,) = grid_cells(["closure"], ["float32"], [64])
+            result = pool.measure(cell, ["hot"], "cpu", None)
+    finally:
+        relu2.unregister("closure")
+    assert result.status == "failed"
+    assert "cannot be sent to an isolated worker" in result.reason and "module level" in result.reason
+
+
+def test_death_reasons_read_as_words():
+    assert death_reason(-11).startswith("was killed by SIGSEGV")
+    assert death_reason(-6).startswith("was killed by SIGABRT")
+    assert death_reason(3) == "exited with status 3"
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_gpu_out_of_bounds_store_costs_only_its_own_cells(tmp_path):
+    from oob_kernel import relu_squared_out_of_bounds
+
+    relu2.register("oob_triton", relu_squared_out_of_bounds, devices=("cuda",), replace=True)
+    try:
+        out = tmp_path / "sweep"
+        code = cli.main(["sweep", "--device", "cuda", "--impl", "eager,oob_triton,fused,compile",
+                         "--dtype", "bfloat16", "--sizes", "2^20,2^24", "--out", str(out), *FAST])
+    finally:
+        relu2.unregister("oob_triton")
+    assert code == 1
+    rows = _rows(out / "sweep.csv")
+    for impl in ("eager", "fused", "compile", "copy"):
+        assert all(rows[(impl, n)]["status"] == "ok" for n in (str(2**20), str(2**24)))
+    first = rows[("oob_triton", str(2**20))]
+    assert first["status"] == "failed" and "illegal memory access" in first["reason"]
+    assert rows[("oob_triton", str(2**24))]["reason"].startswith("not measured: ")
