@@ -8,7 +8,8 @@ How it is built (docs/tracking.md and docs/methodology.md say why):
   processes only read the cache, never import torch, and take a fraction of a second.
 * ``track_<mode>``, one per timing mode of ``relu2.schema.MODES``, returns ``{"samples":
   [seconds...], "number": 1}`` so asv keeps the samples (median, IQR, CI); ``track_peak_memory``
-  returns the GPU bytes allocated at the peak of one call.  Versions are pinned (see ``_track``).
+  returns the GPU bytes allocated at the peak of one call, ``track_kernel`` the fingerprint of the
+  kernel that ran (relu2.compiled).  Versions are pinned (see ``_track``).
 * A cell the harness skipped (implementation unavailable here, e.g. triton without CUDA; out of
   memory; above the CPU size cap) raises NotImplementedError in ``setup``: asv records it as n/a
   (skipped), and the reason is printed to stderr.  A cell that failed (disagrees with the eager
@@ -39,15 +40,18 @@ from importlib import metadata
 from relu2.schema import (
     BUILTIN_IMPLS,
     CPU_MAX_NUMEL,
+    SUITE_IMPLS,
     DEFAULT_SIZES,
     DTYPES,
+    KERNEL_ASV_VERSION,
     MODEL_DTYPE,
     MODEL_HIDDEN,
     MODEL_TOKENS,
     MODES,
     PEAK_MEMORY_ASV_VERSION,
-    model_cells,
     grid_cells,
+    kernel_id,
+    model_cells,
 )
 
 QUICK_IMPLS = ("eager", "copy")
@@ -69,7 +73,7 @@ def _impls() -> tuple:
     if _quick():
         return QUICK_IMPLS
     extra = sorted({ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)} - set(BUILTIN_IMPLS))
-    return BUILTIN_IMPLS + tuple(extra)
+    return SUITE_IMPLS + tuple(extra)
 
 
 IMPLS = _impls()
@@ -121,6 +125,7 @@ def _entry(result) -> dict:
         "status": result.status,
         "reason": result.reason,
         "peak_bytes": result.peak_bytes,
+        "kernel": result.kernel,
         "modes": {
             mode: {
                 "status": outcome.status,
@@ -187,6 +192,18 @@ class _Suite:
     track_peak_memory.unit = "bytes"
     track_peak_memory.version = PEAK_MEMORY_ASV_VERSION
     track_peak_memory.less_is_better = True
+
+    def track_kernel(self, cache, *params):
+        """What ran: the fingerprint of the generated or built kernel as a number (a step = new code)."""
+        entry = self._lookup(cache, params)
+        if entry["status"] == "failed":
+            raise RuntimeError(f"relu2: failed: {entry['reason']}")
+        if not entry.get("kernel"):
+            raise _skip_one("no generated or built kernel to fingerprint (eager and copy run torch's own)")
+        return kernel_id(entry["kernel"])
+
+    track_kernel.unit = "kernel id"
+    track_kernel.version = KERNEL_ASV_VERSION
 
 
 def _track(mode: str, version: str):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from relu2.results import Row, csv_text, make_row, write_csv
-from relu2.schema import MODE_NAMES, ROOFLINE, format_shape, grid_shape
+from relu2.schema import MODE_NAMES, ROOFLINE, format_shape, grid_shape, kernel_hex
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
@@ -67,7 +67,11 @@ class BenchmarkInfo:
         return mode if mode in MODE_NAMES and self.unit == "seconds" else None
 
 
-PEAK_MEMORY_METHOD = "track_peak_memory"
+# Benchmarks that are not timings but a side figure of the same cell: method -> (Row column, converter).
+SIDE_FIGURES = {
+    "track_peak_memory": ("peak_bytes", float),
+    "track_kernel": ("kernel", kernel_hex),
+}
 
 
 @dataclass(frozen=True)
@@ -165,7 +169,7 @@ def quartiles(value: float, stats: dict[str, Any] | None, samples: Sequence[floa
 def timing_row(
     *, machine: str, commit: str, date: str, mode: str, params: dict[str, str], value: float | None,
     stats: dict[str, Any] | None, samples: Sequence[float] | None, copy_median_s: float = math.nan,
-    peak_bytes: float = math.nan,
+    **side: Any,
 ) -> Row:
     """The tidy row of one timing cell, through ``relu2.results.make_row``."""
     numel, shape = geometry(params)
@@ -180,7 +184,7 @@ def timing_row(
     return make_row(
         machine=machine, commit=commit, date=date, impl=params["impl"], dtype=params.get("dtype", DEFAULT_DTYPE),
         numel=numel, shape=shape, mode=mode, status=status, reason=reason, median_s=median, q25_s=q25, q75_s=q75,
-        copy_median_s=copy_median_s, peak_bytes=peak_bytes,
+        copy_median_s=copy_median_s, **side,
     )
 
 
@@ -191,14 +195,17 @@ def _suite(benchmark: str) -> str:
 
 def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -> list[Record]:
     """Each timing record with its tidy row: roofline from the copy record of the same commit, mode and
-    input (same suite preferred), peak memory from the same suite's memory record of the same cell."""
+    input (same suite preferred), side figures (peak memory, kernel) from the same suite's records of
+    the same cell."""
     same_suite: dict[tuple, float] = {}
     any_suite: dict[tuple, float] = {}
-    peak: dict[tuple, float] = {}
+    side: dict[tuple, dict[str, Any]] = {}
     for r in records:
         params = dict(r.params)
-        if r.benchmark.endswith("." + PEAK_MEMORY_METHOD) and r.status == "ok":
-            peak[(r.machine, r.commit, _suite(r.benchmark), r.params)] = float(r.value)
+        method = r.benchmark.rsplit(".", 1)[-1]
+        if method in SIDE_FIGURES and r.status == "ok":
+            column, convert = SIDE_FIGURES[method]
+            side.setdefault((r.machine, r.commit, _suite(r.benchmark), r.params), {})[column] = convert(r.value)
         info = benchmarks[r.benchmark]
         if info.mode is None or params.get("impl") != ROOFLINE or r.status != "ok":
             continue
@@ -219,7 +226,7 @@ def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -
                     machine=r.machine, commit=r.commit, date=iso_date(r.date_ms), mode=info.mode, params=params,
                     value=r.value, stats=r.stats, samples=r.samples,
                     copy_median_s=same_suite.get((_suite(r.benchmark), *key), any_suite.get(key, math.nan)),
-                    peak_bytes=peak.get((r.machine, r.commit, _suite(r.benchmark), r.params), math.nan),
+                    **side.get((r.machine, r.commit, _suite(r.benchmark), r.params), {}),
                 )
             except (KeyError, ValueError) as e:
                 warnings.warn(f"{r.label()} at {r.commit[:8]} is not a relu2 timing cell ({e}); left out", stacklevel=2)

@@ -131,7 +131,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     device = machine.resolve_device(args.device)
     known = sweep.registered_names()
-    names = list(args.impl or known)
+    names = list(args.impl or [n for n in known if n not in schema.WARMUP_VARIANTS])
     unknown = [n for n in names if n not in known]
     if unknown:
         return _fail("sweep", f"unknown implementation(s): {', '.join(unknown)}; known: {', '.join(known)}")
@@ -296,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "Interrupted, it keeps what it measured in DIR/sweep.partial.csv; the same command again "
                        "resumes.")
     _add_device(p)
-    p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all; copy always)")
+    p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all but the "
+                   f"warm-up variants {', '.join(schema.WARMUP_VARIANTS)}; copy always)")
     p.add_argument("--dtype", type=_csv_list(schema.DTYPES), default=list(schema.DTYPES), help="default: all three")
     p.add_argument("--sizes", type=_sizes, help=f"comma-separated numels, each {SIZE_FORMS} "
                    "(default: 2^10..2^28 every factor 4 on CUDA, up to 2^22 on the CPU)")

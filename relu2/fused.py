@@ -312,6 +312,13 @@ def load() -> ModuleType:
     return _module
 
 
+def build_key() -> str:
+    """The cache key of the loaded build: a hash of the sources, flags and toolchain (loads it if needed)."""
+    load()
+    assert _info is not None
+    return _info.directory.name
+
+
 def has_cuda() -> bool:
     """True when the loaded build contains the CUDA kernel (loads it if needed)."""
     load()

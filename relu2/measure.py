@@ -49,6 +49,7 @@ class CellResult:
     reason: str = ""
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     peak_bytes: int | None = None
+    kernel: str = ""  # the implementation's fingerprint of what ran for this input
 
     def median(self, mode: str) -> float:
         """The mode's median in seconds, NaN when it was not timed."""
@@ -72,9 +73,12 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
     if not impl.supports(device):
         return all_modes(cell, modes, "skipped", impl.why_not(device))
     try:
+        if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
+            impl.prepare(dtype_of(cell.dtype), cell.shape, device)
         if impl.is_relu2:
             check_agreement(impl, _input(cell, device))  # a torch.compile'd implementation compiles here, untimed
         x = _input(cell, device)
+        kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
     except AgreementError as e:
         return all_modes(cell, modes, "failed", str(e))
     except torch.OutOfMemoryError as e:
@@ -84,7 +88,7 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
         free_memory(device)
         return all_modes(cell, modes, "failed", f"agreement check raised {describe(e)}")
 
-    result = CellResult(cell, "ok")
+    result = CellResult(cell, "ok", kernel=kernel)
     for mode in modes:
         result.outcomes[mode] = _time_mode(impl, x, mode, budget, device)
     try:

@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 
 import torch
 
+from relu2.compiled import CompileFallbackError  # noqa: F401  (public: relu2.CompileFallbackError)
 from relu2.reference import relu_squared_reference
 from relu2.schema import ROOFLINE
 
@@ -41,6 +42,12 @@ class Implementation:
     is_relu2: bool = True
     description: str = ""
     broken: bool = False
+    # Brings the implementation to the state it is measured in for an input of (dtype, shape) on a
+    # device, untimed, before its agreement check (a dynamic-shape compiled path meets its warm-up
+    # shape first).
+    prepare: Callable[[torch.dtype, tuple[int, ...], str], None] | None = None
+    # What ran for an input: a hash of the generated or built kernel ("" when there is none).
+    fingerprint: Callable[[torch.Tensor], str] | None = None
 
     def supports(self, device: str | torch.device) -> bool:
         """True when this implementation is available and accepts tensors on ``device``."""
@@ -75,78 +82,17 @@ def _eager() -> Implementation:
     return Implementation("eager", relu_squared_reference, description="torch.square(F.relu(x)): two eager kernels")
 
 
-class CompileFallbackError(RuntimeError):
-    """torch.compile would have silently run eager code (dynamo's recompile limit was hit)."""
+def _compiled(name: str) -> Callable[[], Implementation]:
+    """The factory of a torch.compile'd built-in (relu2.compiled says how each is compiled and why)."""
 
+    def make() -> Implementation:
+        from relu2.compiled import SPECS, Compiled
 
-def _compile_target_static(x: torch.Tensor) -> torch.Tensor:
-    # A function of its own, so its dynamo cache (kept per code object) is not shared with
-    # compile_dynamic's and the two never count against each other's recompile limit.
-    return torch.square(torch.nn.functional.relu(x))
+        path = Compiled(name, SPECS[name])
+        return Implementation(name, path, description=SPECS[name].description, prepare=path.prepare,
+                              fingerprint=path.fingerprint)
 
-
-def _compile_target_dynamic(x: torch.Tensor) -> torch.Tensor:
-    return torch.square(torch.nn.functional.relu(x))
-
-
-# Static compilation specialises on every shape; a sweep sees dozens.  The limit is raised so a
-# grid fits, and hitting it is made a hard error: by default dynamo would silently run eager code
-# and every later "compile" figure would be an eager figure.  Dynamo keeps its cache per code
-# object, and `compile` and `compile_dynamic` compile two distinct functions, so they never share
-# one limit.
-STATIC_RECOMPILE_LIMIT = 256
-
-
-def _make_recompile_limit_fatal() -> None:
-    """Raise dynamo's recompile limit for this process and make hitting it an error, not eager code.
-
-    Process-wide, on purpose: set and restored around every call, it cost tens of microseconds a
-    call, which the `launch` figure charged to torch.compile (docs/methodology.md has the figures).
-    """
-    import torch._dynamo  # noqa: F401  (config lives there)
-
-    config = torch._dynamo.config
-    config.recompile_limit = max(config.recompile_limit, STATIC_RECOMPILE_LIMIT)
-    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * STATIC_RECOMPILE_LIMIT)
-    config.fail_on_recompile_limit_hit = True
-
-
-class _GuardedCompile:
-    """``torch.compile`` of the eager path that raises instead of silently falling back to eager."""
-
-    def __init__(self, target: Fn, dynamic: bool) -> None:
-        from torch._dynamo.exc import FailOnRecompileLimitHit
-
-        self.dynamic = dynamic
-        self._compiled = torch.compile(target, dynamic=dynamic, fullgraph=True)
-        self._limit_hit = FailOnRecompileLimitHit
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        try:
-            return self._compiled(x)
-        except self._limit_hit as e:  # name the situation plainly
-            raise CompileFallbackError(
-                f"torch.compile(dynamic={self.dynamic}) hit dynamo's recompile limit at "
-                f"{x.dtype} {tuple(x.shape)}; refusing to run eager code under the 'compile' name"
-            ) from e
-
-
-def _compile() -> Implementation:
-    _make_recompile_limit_fatal()
-    return Implementation(
-        "compile",
-        _GuardedCompile(_compile_target_static, dynamic=False),
-        description="torch.compile(eager, dynamic=False): one compiled kernel per shape, never falls back",
-    )
-
-
-def _compile_dynamic() -> Implementation:
-    _make_recompile_limit_fatal()
-    return Implementation(
-        "compile_dynamic",
-        _GuardedCompile(_compile_target_dynamic, dynamic=True),
-        description="torch.compile(eager, dynamic=True), as vLLM compiles forward_native",
-    )
+    return make
 
 
 def _fused() -> Implementation:
@@ -158,7 +104,8 @@ def _fused() -> Implementation:
         return _unavailable("fused", f"the fused extension did not build: {e}", broken=True)
     devices = ("cpu", "cuda") if fused.has_cuda() else ("cpu",)
     return Implementation("fused", fused.relu_squared, devices=devices,
-                          description="csrc/ kernel via torch.library (CUDA kernel and C++ CPU twin)")
+                          description="csrc/ kernel via torch.library (CUDA kernel and C++ CPU twin)",
+                          fingerprint=lambda x: fused.build_key())
 
 
 def _triton() -> Implementation:
@@ -169,7 +116,16 @@ def _triton() -> Implementation:
     except Exception as e:  # triton missing or too old
         return _unavailable("triton", f"triton did not import: {e}", devices=("cuda",))
     return Implementation("triton", relu_squared_triton, devices=("cuda",),
-                          description="hand-written Triton kernel (Liger-style)")
+                          description="hand-written Triton kernel (Liger-style)", fingerprint=_source_hash(relu_squared_triton))
+
+
+def _source_hash(fn: Callable) -> Callable[[torch.Tensor], str]:
+    """A fingerprint for a kernel written in Python: the hash of the module that holds it."""
+    import hashlib
+    import inspect
+
+    digest = hashlib.sha256(inspect.getsource(inspect.getmodule(fn)).encode()).hexdigest()[:16]
+    return lambda x: digest
 
 
 _SAME_WIDTH_INT = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
@@ -194,11 +150,14 @@ def _copy() -> Implementation:
 
 BUILTINS: dict[str, Callable[[], Implementation]] = {
     "eager": _eager,
-    "compile": _compile,
-    "compile_dynamic": _compile_dynamic,
+    "compile": _compiled("compile"),
+    "compile_dynamic": _compiled("compile_dynamic"),
+    "compile_dim0": _compiled("compile_dim0"),
     "fused": _fused,
     "triton": _triton,
     "copy": _copy,
+    "compile_dynamic_1tok": _compiled("compile_dynamic_1tok"),
+    "compile_dim0_1tok": _compiled("compile_dim0_1tok"),
 }
 
 # name -> resolved Implementation or a factory not yet called.  The registry is the package's one

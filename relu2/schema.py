@@ -203,14 +203,23 @@ BUILTIN_STYLES: Mapping[str, Style] = {
     "eager": Style("#D55E00", "o"),
     "compile": Style("#56B4E9", "s"),
     "compile_dynamic": Style("#0072B2", "D"),
+    "compile_dim0": Style("#E69F00", "P"),
     "fused": Style("#009E73", "^"),
     "triton": Style("#CC79A7", "v"),
     "copy": Style("#666666", "."),
+    "compile_dynamic_1tok": Style("#0072B2", "d"),
+    "compile_dim0_1tok": Style("#E69F00", "X"),
 }
 BUILTIN_IMPLS: tuple[str, ...] = tuple(BUILTIN_STYLES)
+# Built-ins that differ from another only in the shape they are first called at (relu2.compiled):
+# measured side by side in the vLLM suite, left out of a default sweep.
+WARMUP_VARIANTS: tuple[str, ...] = ("compile_dynamic_1tok", "compile_dim0_1tok")
+DEFAULT_IMPLS: tuple[str, ...] = tuple(n for n in BUILTIN_IMPLS if n not in WARMUP_VARIANTS)
+# The Grid and ModelShapes suites keep the implementations their committed history has.
+SUITE_IMPLS: tuple[str, ...] = ("eager", "compile", "compile_dynamic", "fused", "triton", "copy")
 # Implementations registered by users get one of these, chosen by a stable hash of the name.
-PLUGIN_COLOURS = ("#E69F00", "#000000", "#882255", "#44AA99", "#999933", "#332288", "#AA4499")
-PLUGIN_MARKERS = ("P", "X", "*", "h", "p", "<", ">")
+PLUGIN_COLOURS = ("#000000", "#882255", "#44AA99", "#999933", "#332288", "#AA4499", "#F0E442")
+PLUGIN_MARKERS = ("*", "h", "p", "<", ">", "8", "H")
 
 
 def impl_style(name: str) -> Style:
@@ -348,8 +357,25 @@ COLUMNS: tuple[Column, ...] = (
            default=float("nan"), header="peak mem", format=format_bytes),
     Column("flags", str, "implausible figures: " + "; ".join(f"{k}: {d}" for k, d in FLAG_DOCS.items()),
            derive=_flags, default="", header="flags"),
+    Column("kernel", str, "fingerprint of what ran: a hash of the generated (compiled paths) or built kernel",
+           default=""),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+
+# asv stores numbers only: a kernel fingerprint travels as the integer of its first 12 hex digits
+# (48 bits, exact in a float64), in the ``track_kernel`` benchmark beside the timing modes.
+KERNEL_ID_DIGITS = 12
+KERNEL_ASV_VERSION = "1"
+
+
+def kernel_id(fingerprint: str) -> int:
+    """A fingerprint ("3f2a9c...") as the number asv stores."""
+    return int(fingerprint[:KERNEL_ID_DIGITS], 16)
+
+
+def kernel_hex(number: float) -> str:
+    """The number asv stored back to the fingerprint's first 12 hex digits."""
+    return f"{int(number):0{KERNEL_ID_DIGITS}x}"
 STATUSES = ("ok", "failed", "skipped")
 
 

@@ -104,6 +104,7 @@ class Sweep:
                     q75_s=timing.q75_s if timing else float("nan"),
                     copy_median_s=reference.median(mode) if reference else float("nan"),
                     peak_bytes=float(result.peak_bytes) if result.peak_bytes is not None else float("nan"),
+                    kernel=result.kernel,
                 ))
         return rows
 

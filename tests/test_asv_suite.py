@@ -51,7 +51,7 @@ def test_suites_take_their_grid_and_modes_from_the_package():
 
     assert b.GRID_NUMELS == schema.DEFAULT_SIZES and b.GRID_DTYPES == schema.DTYPES
     assert (b.TOKENS, b.HIDDEN) == (schema.MODEL_TOKENS, schema.MODEL_HIDDEN)
-    assert b.IMPLS[:len(schema.BUILTIN_IMPLS)] == schema.BUILTIN_IMPLS
+    assert b.IMPLS[:len(schema.SUITE_IMPLS)] == schema.SUITE_IMPLS
     for mode in schema.MODES:
         method = getattr(b.Grid, f"track_{mode.name}")
         assert method.version == mode.asv_version and method.less_is_better is True
@@ -62,11 +62,10 @@ def test_asv_discovers_the_suites(tmp_path):
     subprocess.run([sys.executable, _asv_script(), "discover", str(ROOT / "benchmarks"), str(out)],
                    cwd=tmp_path, env=_asv_env(tmp_path), check=True)
     found = {b["name"]: b for b in json.loads(out.read_text())}
-    expected = {f"bench_relu2.{suite}.track_{what}" for suite in ("Grid", "ModelShapes")
-                for what in ("hot", "cold", "launch", "peak_memory")}
     from relu2.schema import MODE_NAMES
 
-    assert {name.rsplit("_", 1)[-1] for name in expected} - {"memory"} == set(MODE_NAMES)
+    expected = {f"bench_relu2.{suite}.track_{what}" for suite in ("Grid", "ModelShapes")
+                for what in (*MODE_NAMES, "peak_memory", "kernel")}
     assert set(found) == expected
     grid = found["bench_relu2.Grid.track_hot"]
     assert grid["param_names"] == ["impl", "dtype", "numel"]
@@ -78,7 +77,8 @@ def test_asv_discovers_the_suites(tmp_path):
     assert model["params"][1:] == [["1", "16", "128", "1024", "4096", "16384"], ["3072", "12288"]]
     for name, b in found.items():
         assert b["type"] == "track"
-        assert b["unit"] == ("bytes" if name.endswith("peak_memory") else "seconds")
+        assert b["unit"] == {"track_peak_memory": "bytes", "track_kernel": "kernel id"}.get(
+            name.rsplit(".", 1)[-1], "seconds")
         assert b["setup_cache_timeout"] >= 1800
     assert len({b["setup_cache_key"] for b in found.values()}) == 1  # one measurement for both suites
 

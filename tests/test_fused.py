@@ -7,6 +7,7 @@ kernel beside it: tensors past 2^31 elements, misaligned views, CUDA graph captu
 
 from __future__ import annotations
 
+import csv
 import importlib
 import os
 import shutil
@@ -262,6 +263,32 @@ def test_build_failure_makes_fused_unavailable_with_the_compiler_error(tmp_path,
         fused.load()
     assert "relu2_deliberately_missing.h" in excinfo.value.output_tail
     assert "not retried" in str(excinfo.value)
+
+
+def _broken_sources(tmp_path: Path) -> dict[str, str]:
+    """An environment whose fused extension cannot build (a missing header), with a cache of its own."""
+    broken = tmp_path / "csrc"
+    shutil.copytree(fused.source_dir(), broken)
+    for cpp in broken.glob("*.cpp"):
+        cpp.write_text('#include "relu2_deliberately_missing.h"\n' + cpp.read_text())
+    return dict(os.environ, **{fused.ENV_CSRC_DIR: str(broken), fused.ENV_CACHE_DIR: str(tmp_path / "cache")})
+
+
+def test_a_broken_kernel_fails_check_and_sweep_never_skips(tmp_path):
+    """The project's own kernel failing to build is a failure with the compiler's message, not "n/a"."""
+    env = _broken_sources(tmp_path)
+    check = subprocess.run([sys.executable, "-m", "relu2", "check", "--impl", "eager,fused", "--device", "cpu",
+                            "--dtype", "float32"], capture_output=True, text=True, env=env, timeout=300)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert "FAIL fused: cannot run" in check.stdout and "relu2_deliberately_missing.h" in check.stdout
+    out = tmp_path / "sweep"
+    run = subprocess.run([sys.executable, "-m", "relu2", "sweep", "--impl", "fused", "--device", "cpu", "--dtype",
+                          "float32", "--sizes", "2^10", "--modes", "hot", "--samples", "2", "--no-progress",
+                          "--out", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    rows = {r["impl"]: r for r in csv.DictReader(open(out / "sweep.csv"))}
+    assert rows["fused"]["status"] == "failed" and "did not build" in rows["fused"]["reason"]
+    assert rows["copy"]["status"] == "ok"
 
 
 # --- CUDA: the fused kernel and the Triton kernel ------------------------------------------------

@@ -107,24 +107,72 @@ def test_entry_point_group_is_loaded(monkeypatch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["compile", "compile_dynamic"])
+@pytest.mark.parametrize("name", ["compile", "compile_dynamic", "compile_dim0", "compile_dynamic_1tok",
+                                  "compile_dim0_1tok"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_compiled_paths_agree_on_cpu(name, dtype):
     for case in agreement_cases(dtype):
         relu2.check_agreement(name, case.x)
 
 
-@pytest.mark.slow
-def test_static_compile_fails_loudly_instead_of_falling_back(monkeypatch):
-    """Past dynamo's recompile limit, 'compile' must raise, never quietly run eager code."""
-    import torch._dynamo
+RECOMPILES = {  # three inputs that each need a graph of their own
+    "compile": [torch.randn(5), torch.randn(6), torch.randn(7)],
+    "compile_dynamic": [torch.randn(5), torch.randn(5).half(), torch.randn(5).bfloat16()],
+    "compile_dim0": [torch.randn(2, 5), torch.randn(2, 6), torch.randn(2, 7)],
+}
 
-    relu2.implementations()  # resolves compile: the process-wide settings are in force
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(RECOMPILES))
+def test_compiled_paths_fail_loudly_instead_of_falling_back(name):
+    """Past dynamo's recompile limit, a compiled path must raise, never quietly run eager code."""
+    import torch._dynamo
+    import torch._inductor.config
+
+    from relu2.compiled import RECOMPILE_LIMIT, SPECS, Compiled
+
+    compiled = Compiled(name, SPECS[name])  # a fresh function: a cache of its own
     assert torch._dynamo.config.fail_on_recompile_limit_hit
-    assert torch._dynamo.config.recompile_limit >= registry.STATIC_RECOMPILE_LIMIT
-    compiled = registry._GuardedCompile(lambda x: torch.square(torch.relu(x)), dynamic=False)
+    assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
+    assert torch._inductor.config.triton.autotune_pointwise is False  # heuristic configs, no timing lottery
+    first, second, third = RECOMPILES[name]
     with torch._dynamo.config.patch(recompile_limit=2):  # a small limit, restored afterwards
-        compiled(torch.randn(5))
-        compiled(torch.randn(6))
+        compiled(first)
+        compiled(second)
         with pytest.raises(relu2.CompileFallbackError, match="recompile limit"):
-            compiled(torch.randn(7))
+            compiled(third)
+
+
+FINGERPRINT = """
+import sys, torch
+from relu2.compiled import SPECS, Compiled
+path = Compiled(sys.argv[1], SPECS[sys.argv[1]])
+for shape in ((64, 8), (3, 8), (1, 8)):
+    path.prepare(torch.float32, shape, "cpu")
+    x = torch.randn(shape)
+    path(x)
+    print(path.fingerprint(x))
+"""
+
+
+@pytest.mark.slow
+def test_a_dynamic_path_is_warmed_at_its_first_shape_and_fingerprinted_the_same_in_every_process():
+    def run(name: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-c", FINGERPRINT, name], capture_output=True, text=True, check=True)
+        return out.stdout.split()
+
+    big_first = run("compile_dynamic")
+    assert len(big_first) == 3 and all(len(h) == 16 for h in big_first)
+    assert big_first[0] == big_first[1]  # (64, 8) and (3, 8): both served by the kernel warmed at (16384, 8)
+    assert big_first[2] != big_first[0]  # one token: dynamo specialises size 1, a graph of its own
+    assert run("compile_dynamic") == big_first  # another process, empty caches: the same generated code
+    static = run("compile")
+    assert len(set(static)) == 3  # static: a kernel per shape
+
+
+def test_compiled_paths_say_how_they_are_compiled():
+    impls = relu2.implementations()
+    assert "dynamic=True" in impls["compile_dynamic"].description and "16384 tokens" in impls["compile_dynamic"].description
+    assert "graph_partition" in impls["compile_dynamic"].description
+    assert "mark_dynamic(x, 0)" in impls["compile_dim0"].description
+    assert "first called at 1 token" in impls["compile_dim0_1tok"].description
