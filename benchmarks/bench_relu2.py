@@ -1,11 +1,12 @@
-"""asv suites: relu² implementations on a size grid and on model activation shapes.
+"""asv suites: relu² implementations on a size grid, on model shapes and on vLLM's shapes.
 
 How it is built (docs/tracking.md and docs/methodology.md say why):
 
-* The module-level ``setup_cache`` measures the whole grid once per commit (``relu2.sweep.run_sweep``:
-  bitwise agreement first, then the timings), each implementation in a worker process of its own so
-  a crash costs only that implementation's cells, and returns plain Python data.  asv runs every parameter combination in its own process; those
-  processes only read the cache, never import torch, and take a fraction of a second.
+* The module-level ``setup_cache`` measures every suite's cells once per commit (``relu2.sweep``:
+  bitwise agreement first, then the timings), each implementation in a worker process of its own
+  so a crash costs only that implementation's cells, and returns plain Python data keyed by cell.
+  asv runs every parameter combination in its own process; those processes only read the cache,
+  never import torch, and take a fraction of a second.
 * ``track_<mode>``, one per timing mode of ``relu2.schema.MODES``, returns ``{"samples":
   [seconds...], "number": 1}`` so asv keeps the samples (median, IQR, CI); ``track_peak_memory``
   returns the GPU bytes allocated at the peak of one call, ``track_kernel`` the fingerprint of the
@@ -13,25 +14,30 @@ How it is built (docs/tracking.md and docs/methodology.md say why):
 * A cell the harness skipped (implementation unavailable here, e.g. triton without CUDA; out of
   memory; above the CPU size cap) raises NotImplementedError in ``setup``: asv records it as n/a
   (skipped), and the reason is printed to stderr.  A cell that failed (disagrees with the eager
-  path bitwise, so it was never timed, or its timing raised) raises in the ``track_`` method: asv
-  records it as failed, with the reason in its stderr.
+  path bitwise, so it was never timed; its timing raised; its worker crashed) raises in the
+  ``track_`` method: asv records it as failed, with the reason in its stderr.
 * torch is imported only inside ``setup_cache``; at module level only ``relu2.schema``, which needs
   nothing but the standard library: a module that fails to import at one commit loses the commit.
 
+Suites (shapes from relu2.schema): ``Grid`` (dtype x numel), ``ModelShapes`` (tokens x hidden,
+bf16), ``VllmShapes`` (vLLM's own relu² benchmark grid: batch x seq x d as tokens x hidden, three
+dtypes), ``Nemotron`` (Nemotron relu² widths at decode and prefill token counts, bf16) and
+``WarmupOrder`` (the dynamic compiled paths warmed largest-first and one-token-first, side by side).
+
 Device: CUDA when available, else the CPU.  On the CPU only inputs of at most
-``relu2.schema.CPU_MAX_NUMEL`` elements are measured (torch.compile's first compiles dominate a
-CPU run); larger cells are n/a there.
+``relu2.schema.CPU_MAX_NUMEL`` elements are measured; larger cells are n/a there.
 
 Environment variables:
 
 * ``RELU2_BENCH_QUICK=1``: a tiny grid (eager and copy, float32, 2^10 and 2^12 elements, one
-  model shape) and a short timing budget, for tests and smoke runs.
-* ``RELU2_BENCH_IMPLS=a,b,c``: the implementations to measure (default: the built-ins plus any
-  registered through the ``relu2.implementations`` entry point group).
+  shape per model suite) and a short timing budget, for tests and smoke runs.
+* ``RELU2_BENCH_IMPLS=a,b,c``: the implementations to measure in every suite (default: each
+  suite's own list, plus any registered through the ``relu2.implementations`` entry point group).
 * ``RELU2_TIMEOUT=SECONDS``: an implementation silent this long on one input is killed and its
-  remaining cells fail (default 300; each implementation runs in a worker process of its own).
+  remaining cells fail (default 300).
 """
 
+import itertools
 import os
 import sys
 from importlib import metadata
@@ -40,7 +46,6 @@ from importlib import metadata
 from relu2.schema import (
     BUILTIN_IMPLS,
     CPU_MAX_NUMEL,
-    SUITE_IMPLS,
     DEFAULT_SIZES,
     DTYPES,
     KERNEL_ASV_VERSION,
@@ -48,17 +53,21 @@ from relu2.schema import (
     MODEL_HIDDEN,
     MODEL_TOKENS,
     MODES,
+    NEMOTRON_DTYPE,
+    NEMOTRON_TOKENS,
+    NEMOTRON_WIDTHS,
     PEAK_MEMORY_ASV_VERSION,
-    grid_cells,
+    SUITE_IMPLS,
+    VLLM_HIDDEN,
+    VLLM_IMPLS,
+    VLLM_TOKENS,
+    WARMUP_IMPLS,
+    WARMUP_WIDTHS,
+    Cell,
+    grid_shape,
     kernel_id,
-    model_cells,
 )
 
-QUICK_IMPLS = ("eager", "copy")
-QUICK_DTYPES = ("float32",)
-QUICK_NUMELS = (2**10, 2**12)
-QUICK_TOKENS = (1,)
-QUICK_HIDDEN = (3072,)
 ENTRY_POINT_GROUP = "relu2.implementations"
 
 
@@ -66,30 +75,30 @@ def _quick() -> bool:
     return os.environ.get("RELU2_BENCH_QUICK", "").strip().lower() in ("1", "true", "yes")
 
 
-def _impls() -> tuple:
+def _impls(default: tuple) -> list:
+    """``RELU2_BENCH_IMPLS``, else (quick: eager and copy) the suite's own list plus entry points."""
     chosen = os.environ.get("RELU2_BENCH_IMPLS", "").strip()
     if chosen:
-        return tuple(name.strip() for name in chosen.split(",") if name.strip())
+        return [name.strip() for name in chosen.split(",") if name.strip()]
     if _quick():
-        return QUICK_IMPLS
+        return ["eager", "copy"]
     extra = sorted({ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)} - set(BUILTIN_IMPLS))
-    return SUITE_IMPLS + tuple(extra)
+    return list(default) + extra
 
 
-IMPLS = _impls()
-GRID_DTYPES = QUICK_DTYPES if _quick() else DTYPES
-GRID_NUMELS = QUICK_NUMELS if _quick() else DEFAULT_SIZES
-TOKENS = QUICK_TOKENS if _quick() else MODEL_TOKENS
-HIDDEN = QUICK_HIDDEN if _quick() else MODEL_HIDDEN
+def _pick(full, quick) -> list:
+    return list(quick if _quick() else full)
 
 
 def setup_cache():
-    """Measure every cell of both suites once (a worker process per implementation) and return plain data.
+    """Measure every cell of every suite once (a worker process per implementation); plain data.
 
-    ``{"device": str, "grid": {(impl, dtype, numel): entry}, "model": {(impl, tokens, hidden): entry}}``
-    where an entry is ``{"status", "reason", "peak_bytes", "modes": {mode: {"status", "reason",
-    "samples"}}}``.  Cells not measured here (above the CPU cap) are absent.
+    ``{"device": str, "cells": {(impl, dtype, shape): entry}}`` where an entry is ``{"status",
+    "reason", "peak_bytes", "kernel", "modes": {mode: {"status", "reason", "samples"}}}``.  Cells not
+    measured here (above the CPU cap) are absent.
     """
+    import time
+
     import torch
 
     from relu2 import sweep
@@ -97,26 +106,23 @@ def setup_cache():
     from relu2.timing import DEFAULT_BUDGET, QUICK_BUDGET
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-
-    def measurable(numel):
-        return device == "cuda" or numel <= CPU_MAX_NUMEL
-
-    grid = [c for c in grid_cells(IMPLS, GRID_DTYPES, GRID_NUMELS) if measurable(c.numel)]
-    model = [c for c in model_cells(IMPLS, TOKENS, HIDDEN, (MODEL_DTYPE,)) if measurable(c.numel)]
+    cells = [c for c in dict.fromkeys(c for suite in SUITES for c in suite.cells())
+             if device == "cuda" or c.numel <= CPU_MAX_NUMEL]
     budget = QUICK_BUDGET if _quick() else DEFAULT_BUDGET
+    start = time.perf_counter()
     # A kernel that crashes or hangs costs its own cells only; RELU2_TIMEOUT bounds a hang.
-    with sweep.measurer(grid + model, device, timeout_s=timeout_from_env()) as measurer:
-        results = sweep.run_sweep(grid + model, device=device, budget=budget, measurer=measurer).results
-    measured = {r.cell: r for r in results}
-    return {
-        "device": device,
-        "grid": {(c.impl, c.dtype, c.numel): _entry(measured[c]) for c in grid},
-        "model": {(c.impl, c.shape[0], c.shape[1]): _entry(measured[c]) for c in model},
-    }
+    with sweep.measurer(cells, device, timeout_s=timeout_from_env()) as measurer:
+        results = sweep.run_sweep(cells, device=device, budget=budget, measurer=measurer).results
+    print(f"relu2: measured {len(cells)} cells on {device} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return {"device": device, "cells": {_key(r.cell): _entry(r) for r in results}}
 
 
-# The whole grid per commit: compiles, JIT builds and ~300 cells take minutes on a GPU.
+# The whole grid per commit: compiles, JIT builds and ~1000 cells take minutes on a GPU.
 setup_cache.timeout = 3600
+
+
+def _key(cell: Cell) -> tuple:
+    return (cell.impl, cell.dtype, cell.shape)
 
 
 def _entry(result) -> dict:
@@ -152,17 +158,23 @@ def _skip_one(reason: str):
 
 
 class _Suite:
-    """A ``track_<mode>`` method per timing mode (generated below) and ``track_peak_memory``, over one
-    cache table; subclasses say which table and key."""
+    """A ``track_<mode>`` method per timing mode (generated below), ``track_peak_memory`` and
+    ``track_kernel`` over the cached cells; a subclass says which parameters name which cell."""
 
     unit = "seconds"
-    table = ""
+    params: list = []
+    param_names: list = []
 
-    def _key(self, *params) -> tuple:
-        return params
+    @staticmethod
+    def cell(*params) -> Cell:
+        raise NotImplementedError
+
+    @classmethod
+    def cells(cls) -> list:
+        return [cls.cell(*combo) for combo in itertools.product(*cls.params)]
 
     def _lookup(self, cache, params) -> dict:
-        entry = cache[self.table].get(self._key(*params))
+        entry = cache["cells"].get(_key(self.cell(*params)))
         if entry is None:
             raise _skip(f"not measured on {cache['device']}: inputs above {CPU_MAX_NUMEL} elements "
                         f"are measured on CUDA only")
@@ -231,14 +243,55 @@ for _mode in MODES:
 class Grid(_Suite):
     """Every implementation x dtype x size: inputs of numel elements shaped (numel // 4096, 4096)."""
 
-    params = [list(IMPLS), list(GRID_DTYPES), list(GRID_NUMELS)]
+    params = [_impls(SUITE_IMPLS), _pick(DTYPES, ["float32"]), _pick(DEFAULT_SIZES, [2**10, 2**12])]
     param_names = ["impl", "dtype", "numel"]
-    table = "grid"
+
+    @staticmethod
+    def cell(impl, dtype, numel) -> Cell:
+        return Cell(impl, dtype, numel, grid_shape(numel))
 
 
-class ModelShapes(_Suite):
+class _TokensByHidden(_Suite):
+    """(tokens, hidden) activations in one dtype."""
+
+    dtype = MODEL_DTYPE
+    param_names = ["impl", "tokens", "hidden"]
+
+    @classmethod
+    def cell(cls, impl, tokens, hidden) -> Cell:
+        return Cell(impl, cls.dtype, tokens * hidden, (tokens, hidden))
+
+
+class ModelShapes(_TokensByHidden):
     """Every implementation on (tokens, hidden) bf16 activations, the shapes a model sees."""
 
-    params = [list(IMPLS), list(TOKENS), list(HIDDEN)]
-    param_names = ["impl", "tokens", "hidden"]
-    table = "model"
+    params = [_impls(SUITE_IMPLS), _pick(MODEL_TOKENS, [1]), _pick(MODEL_HIDDEN, [3072])]
+
+
+class VllmShapes(_Suite):
+    """vLLM's own relu² benchmark grid (x = randn(batch * seq, d)) for the paths vLLM can run."""
+
+    params = [_impls(VLLM_IMPLS), _pick(DTYPES, ["float32"]), _pick(VLLM_TOKENS, [16]), _pick(VLLM_HIDDEN, [3072])]
+    param_names = ["impl", "dtype", "tokens", "hidden"]
+
+    @staticmethod
+    def cell(impl, dtype, tokens, hidden) -> Cell:
+        return Cell(impl, dtype, tokens * hidden, (tokens, hidden))
+
+
+class Nemotron(_TokensByHidden):
+    """Nemotron relu² widths at decode and prefill token counts, bf16, the paths vLLM can run."""
+
+    dtype = NEMOTRON_DTYPE
+    params = [_impls(VLLM_IMPLS), _pick(NEMOTRON_TOKENS, [8]), _pick(NEMOTRON_WIDTHS, [3712])]
+
+
+class WarmupOrder(_TokensByHidden):
+    """The dynamic compiled paths warmed at the most tokens first (as vLLM's profiling run) and at one
+    token first, side by side."""
+
+    dtype = NEMOTRON_DTYPE
+    params = [_impls(WARMUP_IMPLS), _pick(NEMOTRON_TOKENS, [8]), _pick(WARMUP_WIDTHS, [3712])]
+
+
+SUITES = (Grid, ModelShapes, VllmShapes, Nemotron, WarmupOrder)

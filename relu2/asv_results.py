@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from relu2.results import Row, csv_text, make_row, write_csv
-from relu2.schema import MODE_NAMES, ROOFLINE, format_shape, grid_shape, kernel_hex
+from relu2.schema import MODE_NAMES, ROOFLINE, geometry, kernel_hex
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
@@ -132,17 +132,6 @@ def unquote(value_repr: str) -> str:
         value = value_repr  # e.g. "torch.bfloat16" is not a literal
     text = str(value)
     return text.removeprefix("torch.")
-
-
-def geometry(params: dict[str, str]) -> tuple[int, str]:
-    """``(numel, shape)`` of a cell from its parameters; ValueError when they name no size."""
-    if "numel" in params:
-        numel = int(params["numel"])
-        return numel, format_shape(grid_shape(numel))
-    if "tokens" in params and "hidden" in params:
-        tokens, hidden = int(params["tokens"]), int(params["hidden"])
-        return tokens * hidden, format_shape((tokens, hidden))
-    raise ValueError(f"no size parameter (numel, or tokens and hidden) in {sorted(params)}")
 
 
 def iso_date(js_timestamp_ms: int | float | None) -> str:

@@ -10,6 +10,7 @@ Exit codes: 0 success; 1 a finding (a disagreement, a failed cell, a regression)
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -44,6 +45,16 @@ def _sizes(text: str) -> list[int]:
     if not any(s.strip() for s in tokens):
         raise argparse.ArgumentTypeError(f"no sizes in {text!r} (use a comma-separated list of {SIZE_FORMS})")
     return [parse_size(s) for s in tokens if s.strip()]
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = schema.parse_shape(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if math.prod(shape) > MAX_NUMEL:
+        raise argparse.ArgumentTypeError(f"shape {text!r} is more than 2^40 elements: no device holds it")
+    return shape
 
 
 def _csv_list(choices: Sequence[str] | None = None):
@@ -225,8 +236,11 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_gate(args: argparse.Namespace) -> int:
     from relu2 import gate
 
-    report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor)
-    print(report.format())
+    report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor,
+                       base_machine=args.base_machine, head_machine=args.head_machine,
+                       floor_s=None if args.floor_us is None else args.floor_us * 1e-6,
+                       gate_launch=args.gate_launch, allow_missing=args.allow_missing)
+    print(report.render(args.format))
     return report.exit_code
 
 
@@ -237,6 +251,15 @@ def cmd_asv(args: argparse.Namespace) -> int:
     if argv[:1] == ["--"]:  # `relu2 asv -- --version`: options asv takes before its command
         argv = argv[1:]
     return asv_run.main(argv)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from relu2 import machine
+    from relu2.explain import explain, format_explanation
+
+    device = machine.resolve_device(args.device)
+    print(format_explanation(explain(args.impl, args.dtype, args.shape, device), show_source=not args.no_source))
+    return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -337,15 +360,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="only this machine")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("gate", help="fail (exit 1) when HEAD is slower than BASE or newly fails",
-                       description="Compare two commits' recorded asv results. Prints cells slower than "
-                       "BASE by more than --factor (and significant by asv's statistics where samples exist) and "
-                       "cells that newly fail. Exit 1 if there are any, 0 if none, 2 on unusable input.")
+    p = sub.add_parser("gate", help="fail (exit 1) when HEAD is slower than BASE beyond noise, or lost a cell",
+                       description="Compare two commits' recorded asv results. A cell is a regression when HEAD is "
+                       "slower than BASE beyond the noise model (per timing mode and size band: a ratio AND an "
+                       "absolute floor, from two runs of identical code on two fresh boxes) and the difference is "
+                       "significant by asv's statistics. hot and cold are gated; launch is reported, not gated "
+                       "(--gate-launch). A cell that had a result at BASE and has none at HEAD (failed, skipped, "
+                       "missing, benchmark gone) fails the gate unless --allow-missing names it. The report ends "
+                       "with the gate's resolution: the smallest slowdown it flags, per mode and size band. "
+                       "Exit 1 on any finding, 0 on none, 2 on unusable input.")
     p.add_argument("base", metavar="BASE", help="base commit: a hash, a prefix or a git ref (main~1, a tag)")
     p.add_argument("head", metavar="HEAD", help="head commit: a hash, a prefix or a git ref (HEAD, a branch)")
     p.add_argument("--results", default="results", help="asv results directory (default: results)")
-    p.add_argument("--machine", help="machine name (default: the only one)")
-    p.add_argument("--factor", type=float, default=1.05, help="slow-down ratio that counts (default: 1.05)")
+    p.add_argument("--machine", help="the machine of both sides (default: the only one)")
+    p.add_argument("--base-machine", help="BASE's machine, e.g. the first of two sessions, or an H100")
+    p.add_argument("--head-machine", help="HEAD's machine, e.g. the second session, or an H200")
+    p.add_argument("--factor", type=float, default=None,
+                   help="one slow-down ratio for every gated cell, instead of the noise model's per band")
+    p.add_argument("--floor-us", type=float, default=None,
+                   help="one absolute floor in µs for every gated cell (default: the noise model's, 0.15 µs "
+                   "below 2^22 elements)")
+    p.add_argument("--gate-launch", type=float, default=None, metavar="RATIO",
+                   help="gate the launch mode too, at this ratio (default: reported, not gated)")
+    p.add_argument("--allow-missing", action="append", default=[], metavar="PATTERN",
+                   help="cells allowed to vanish at HEAD: an fnmatch pattern of the cell's label, e.g. "
+                   "'ModelShapes.*' or '*impl=triton*' (repeatable)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="text (default), markdown (for a pull-request comment) or json (stable keys, "
+                   "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
 
     p = sub.add_parser("asv", help="run asv with atomic result writes; e.g. relu2 asv run --skip-existing-commits A..B",
@@ -358,6 +400,19 @@ def build_parser() -> argparse.ArgumentParser:
                        "--config) go after it (relu2 asv run -v ...), or after -- (relu2 asv -- --version).")
     p.add_argument("asv_args", nargs=argparse.REMAINDER, metavar="ASV_ARGS", help="asv's command and options")
     p.set_defaults(func=cmd_asv)
+
+    p = sub.add_parser("inspect", help="what actually ran for one cell: generated code, launch config, load widths",
+                       description="Run IMPL once on a fresh input of --shape and --dtype, after the warm-up a "
+                       "measurement gives it, and show what ran: the fingerprint results record, the kernels one "
+                       "call launches (CUDA), the code inductor generated for the graph dynamo picks (Triton on "
+                       "CUDA, C++ on the CPU) with its launch configuration, and the width of every global load "
+                       "and store, read from the PTX (Triton) or the SASS (the fused extension, via cuobjdump).")
+    p.add_argument("impl", metavar="IMPL", help="an implementation, e.g. compile_dynamic, compile_dim0, fused")
+    p.add_argument("--shape", type=_shape, required=True, help="the input's shape, e.g. 19418x13824 or 4096")
+    p.add_argument("--dtype", choices=schema.DTYPES, default="bfloat16", help="default: bfloat16")
+    _add_device(p)
+    p.add_argument("--no-source", action="store_true", help="leave the generated source out")
+    p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("build", help="build the fused extension ahead of time",
                        description="JIT-build the fused kernel (CUDA when a GPU is present, the C++ CPU twin "

@@ -113,7 +113,7 @@ def _fresh_target(name: str) -> types.FunctionType:
 
 
 class _GeneratedCode:
-    """Hashes of the code inductor generates, by dynamo compile id ("0/3"), for this process."""
+    """The code inductor generates in this process, by dynamo compile id ("0/3")."""
 
     by_compile_id: dict[str, str] = {}
     _installed = False
@@ -129,7 +129,7 @@ class _GeneratedCode:
         def save(code: str) -> None:
             from torch._guards import CompileContext
 
-            cls.by_compile_id[str(CompileContext.current_compile_id())] = _code_hash(code)
+            cls.by_compile_id[str(CompileContext.current_compile_id())] = code
             if previous is not None:
                 previous(code)
 
@@ -202,13 +202,22 @@ class Compiled:
 
     def fingerprint(self, x: torch.Tensor) -> str:
         """The hash of the generated code dynamo's guards pick for ``x`` ("" if none has been compiled)."""
-        import torch._dynamo.eval_frame as eval_frame
+        code = serving_code(self, x)
+        return _code_hash(code) if code else ""
 
-        try:
-            entries = eval_frame._debug_get_cache_entry_list(self._target.__code__)
-            for entry in entries:
-                if entry.guard_manager.check({"x": x}):
-                    return _GeneratedCode.by_compile_id.get(str(entry.compile_id), "")
-        except Exception:  # noqa: BLE001  a private API: without it, no fingerprint, never a failure
-            return ""
+
+def serving_code(path: Compiled, x: torch.Tensor) -> str:
+    """The source inductor generated for the graph dynamo's guards pick for ``x`` ("" when unknown).
+
+    Dynamo checks its cache entries in order and runs the first whose guards pass; each entry
+    carries the compile id its graph was generated under.
+    """
+    import torch._dynamo.eval_frame as eval_frame
+
+    try:
+        for entry in eval_frame._debug_get_cache_entry_list(path._target.__code__):
+            if entry.guard_manager.check({"x": x}):
+                return _GeneratedCode.by_compile_id.get(str(entry.compile_id), "")
+    except Exception:  # noqa: BLE001  a private API: without it, no fingerprint, never a failure
         return ""
+    return ""

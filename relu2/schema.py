@@ -88,6 +88,35 @@ MODEL_HIDDEN: tuple[int, ...] = (3072, 12288)  # Nemotron-H-class MLP widths
 MODEL_DTYPE = "bfloat16"
 
 
+# vLLM's shapes.  Its own relu² benchmark (benchmarks/kernels/benchmark_relu_squared.py, vLLM PR
+# #39058) times x = randn(batch * seq, d): these are its batch, seq and d, as tokens = batch * seq.
+VLLM_BATCH: tuple[int, ...] = (1, 16, 128)
+VLLM_SEQ: tuple[int, ...] = (1, 16, 64, 1024)
+VLLM_HIDDEN: tuple[int, ...] = (3072, 9728, 12288)
+VLLM_TOKENS: tuple[int, ...] = tuple(sorted({b * s for b in VLLM_BATCH for s in VLLM_SEQ}))
+# relu² widths of NVIDIA's Nemotron models (the MLP intermediate size; the shared experts' for MoE).
+NEMOTRON_WIDTHS: Mapping[int, str] = {
+    3712: "Nemotron-3-Nano shared expert",
+    5376: "Nemotron-3-Super shared expert",
+    12288: "Nemotron-H 4B",
+    15680: "Nemotron Nano-v2 9B",
+    20480: "Nemotron Nano-v2 12B",
+    21504: "Nemotron-H 8B",
+    30720: "Nemotron-H 47B",
+    32768: "Nemotron-H 56B",
+}
+# Decode CUDA graphs cover 1-512 tokens; prefill runs up to 8192-16384.
+NEMOTRON_TOKENS: tuple[int, ...] = (1, 8, 64, 512, 2048, 8192, 16384)
+NEMOTRON_DTYPE = "bfloat16"
+# The relu² paths vLLM can run, and the roofline.
+VLLM_IMPLS: tuple[str, ...] = ("eager", "compile_dynamic", "compile_dim0", "fused", "copy")
+# Widths measured with both warm-up orders side by side (the widest Nemotron-H one, and the one where
+# marking only dim 0 dynamic was seen slower than eager).
+WARMUP_WIDTHS: tuple[int, ...] = (12288, 3712)
+WARMUP_IMPLS: tuple[str, ...] = ("compile_dynamic", "compile_dynamic_1tok", "compile_dim0", "compile_dim0_1tok",
+                                 "copy")
+
+
 def itemsize(dtype: str) -> int:
     """Bytes per element of a dtype named as results store it ("bfloat16")."""
     try:
@@ -128,6 +157,26 @@ def parse_shape(text: str) -> tuple[int, ...]:
 def default_sizes(device: str) -> tuple[int, ...]:
     """The sweep's default sizes: all of DEFAULT_SIZES on CUDA, up to CPU_MAX_NUMEL on the CPU."""
     return DEFAULT_SIZES if device == "cuda" else tuple(n for n in DEFAULT_SIZES if n <= CPU_MAX_NUMEL)
+
+
+def geometry(params: Mapping[str, Any]) -> tuple[int, str]:
+    """``(numel, shape)`` of a suite's cell from its parameters (``numel``, or ``tokens`` and
+    ``hidden``); ValueError when they name no size."""
+    if "numel" in params:
+        numel = int(params["numel"])
+        return numel, format_shape(grid_shape(numel))
+    if "tokens" in params and "hidden" in params:
+        tokens, hidden = int(params["tokens"]), int(params["hidden"])
+        return tokens * hidden, format_shape((tokens, hidden))
+    raise ValueError(f"no size parameter (numel, or tokens and hidden) in {sorted(params)}")
+
+
+def geometry_numel(params: Mapping[str, Any]) -> int:
+    """The elements of a suite's cell, from its parameters (0 when they name no size)."""
+    try:
+        return geometry(params)[0]
+    except ValueError:
+        return 0
 
 
 def is_grid_shape(numel: int, shape: str) -> bool:

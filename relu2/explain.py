@@ -1,0 +1,315 @@
+"""``relu2 inspect``: what actually ran for one cell, read from the compiled code rather than inferred.
+
+For an implementation on an input (dtype, shape, device), after the same warm-up a measurement
+gets (``Implementation.prepare``):
+
+* the fingerprint the results record, and whether the output agrees bitwise;
+* the kernels one call launches (CUDA, from the profiler);
+* for the compiled paths, the code inductor generated for the graph dynamo's guards pick (Triton on
+  CUDA, C++ on the CPU) and its launch configuration;
+* the width of every global load and store, counted in the PTX of the Triton kernels and in the
+  SASS of the fused extension (``ld.global.v4.b32`` is a 128-bit vector; ``ld.global.b16`` a 16-bit
+  scalar), which is what separates a kernel at the copy roofline from one at a fraction of it.
+
+Everything compiled here goes to private, empty caches (as in a measurement), so the PTX found in
+them is exactly what this process compiled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+# ld.global.v4.b32, st.global.b16, ld.global.nc.L1::evict_last.v2.u32 ...
+_PTX_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)+)")
+# LDG.E.128, STG.E.U16, LDG.E.64.CONSTANT, LDG.E (32-bit) ...
+_SASS_ACCESS = re.compile(r"\b(LDG|STG)((?:\.[A-Z0-9_]+)*)")
+_WRAPPER_KERNEL = re.compile(r"^(\w+) = async_compile\.(triton|cpp_pybinding|cpp)\(.*?r?'''(.*?)'''", re.S | re.M)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Global memory instructions of one kind: "load" or "store", ``bits`` wide (vector x element), ``count`` of them."""
+
+    op: str
+    bits: int
+    count: int
+    example: str
+
+    def describe(self) -> str:
+        kind = "vector" if self.bits > 32 else "scalar"
+        return f"{self.op}s: {self.count} x {self.bits}-bit ({kind}; e.g. {self.example})"
+
+
+def ptx_accesses(ptx: str) -> list[Access]:
+    """Global loads and stores in PTX text, by width: vector lanes x element bits."""
+    found: Counter[tuple[str, int]] = Counter()
+    examples: dict[tuple[str, int], str] = {}
+    for match in _PTX_ACCESS.finditer(ptx):
+        parts = match.group(2).strip(".").split(".")
+        lanes = next((int(p[1:]) for p in parts if re.fullmatch(r"v\d", p)), 1)
+        element = next((int(p[1:]) for p in reversed(parts) if re.fullmatch(r"[bufs]\d+", p)), 0)
+        if not element:
+            continue
+        key = ("load" if match.group(1) == "ld" else "store", lanes * element)
+        found[key] += 1
+        examples.setdefault(key, match.group(0))
+    return [Access(op, bits, n, examples[(op, bits)]) for (op, bits), n in sorted(found.items())]
+
+
+def sass_accesses(sass: str) -> list[Access]:
+    """Global loads and stores in SASS text (LDG/STG), by width: .128, .64, .U16, plain is 32-bit."""
+    widths = {"128": 128, "64": 64, "U16": 16, "S16": 16, "U8": 8, "S8": 8}
+    found: Counter[tuple[str, int]] = Counter()
+    examples: dict[tuple[str, int], str] = {}
+    for match in _SASS_ACCESS.finditer(sass):
+        suffixes = match.group(2).strip(".").split(".")
+        bits = next((widths[s] for s in suffixes if s in widths), 32)
+        key = ("load" if match.group(1) == "LDG" else "store", bits)
+        found[key] += 1
+        examples.setdefault(key, match.group(0))
+    return [Access(op, bits, n, examples[(op, bits)]) for (op, bits), n in sorted(found.items())]
+
+
+def wrapper_kernels(code: str) -> list[tuple[str, str, str]]:
+    """(name, "triton" or "cpp", source) of each kernel in an inductor wrapper module's source."""
+    return [(m.group(1), "triton" if m.group(2) == "triton" else "cpp", m.group(3).strip())
+            for m in _WRAPPER_KERNEL.finditer(code)]
+
+
+@dataclass
+class Kernel:
+    """One kernel of what ran: its source (when generated), launch configuration and memory accesses."""
+
+    name: str
+    language: str  # "triton", "cpp", "cuda"
+    source: str = ""
+    launch: str = ""
+    accesses: list[Access] = field(default_factory=list)
+    accesses_from: str = ""  # "PTX", "SASS", or why none
+
+
+@dataclass
+class Explanation:
+    """What ran for one cell: ``relu2 inspect``'s result."""
+
+    impl: str
+    description: str
+    dtype: str
+    shape: tuple[int, ...]
+    device: str
+    fingerprint: str
+    agreement: str  # "ok" or the mismatch
+    warmup: str  # the shape it met first, or ""
+    launched: list[str] = field(default_factory=list)  # kernel names one call launches (CUDA)
+    kernels: list[Kernel] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def private_caches() -> Iterator[Path]:
+    """Empty inductor and Triton caches for the block (as a measurement's worker has), removed after."""
+    root = Path(tempfile.mkdtemp(prefix="relu2-inspect-"))
+    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
+    os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
+    try:
+        yield root
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def explain(name: str, dtype: str, shape: tuple[int, ...], device: str) -> Explanation:
+    """Run ``name`` once on a fresh (dtype, shape) input as a measurement would, and say what ran."""
+    with private_caches() as caches:
+        return _explain(name, dtype, shape, device, caches)
+
+
+def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches: Path) -> Explanation:
+    import math
+
+    import torch
+
+    from relu2.agreement import AgreementError, check_agreement
+    from relu2.compiled import Compiled
+    from relu2.inputs import dtype_of, random_input
+    from relu2.registry import get
+
+    impl = get(name)
+    if not impl.supports(device):
+        raise ValueError(f"{name} cannot run on {device}: {impl.why_not(device).splitlines()[0]}")
+    torch_dtype = dtype_of(dtype)
+    warmup = ""
+    if isinstance(impl.fn, Compiled):
+        first = impl.fn.warmup_shape(shape)
+        warmup = "x".join(map(str, first)) if first else ""
+    if impl.prepare is not None:
+        impl.prepare(torch_dtype, shape, device)
+    x = random_input(math.prod(shape), torch_dtype, device).view(shape)
+    try:
+        if impl.is_relu2:
+            check_agreement(impl, x)
+        agreement = "ok (bitwise equal to eager)" if impl.is_relu2 else "n/a (a reference, not relu²)"
+    except AgreementError as e:
+        agreement = f"FAILED: {e}"
+    impl.fn(x)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    result = Explanation(
+        impl=name, description=impl.description, dtype=dtype, shape=tuple(shape), device=device,
+        fingerprint=impl.fingerprint(x) if impl.fingerprint else "", agreement=agreement, warmup=warmup,
+    )
+    if device == "cuda":
+        result.launched = _launched_kernels(impl.fn, x)
+    if isinstance(impl.fn, Compiled):
+        result.kernels = _compiled_kernels(impl.fn, x, caches)
+    elif name == "triton":
+        result.kernels = [_triton_builtin(x, caches)]
+    elif name == "fused":
+        result.kernels = [_fused(device)]
+    else:
+        result.notes.append("runs torch's own kernels: no generated code")
+    return result
+
+
+def _launched_kernels(fn, x) -> list[str]:
+    """Names of the GPU kernels one call launches, in order (the profiler's view)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(x)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(x)
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def _compiled_kernels(path, x, caches: Path) -> list[Kernel]:
+    from relu2.compiled import serving_code
+
+    code = serving_code(path, x)
+    if not code:
+        return [Kernel("?", "?", accesses_from="dynamo picked no graph this process compiled")]
+    kernels = []
+    modules = _loaded_wrappers(code)
+    for name, language, source in wrapper_kernels(code):
+        kernel = Kernel(name, language, source=source, launch=_launch_config(modules, name))
+        if language == "triton":
+            kernel.accesses, kernel.accesses_from = _ptx_of(name, caches)
+        else:
+            kernel.accesses_from = "C++ for the CPU: no GPU load/store instructions"
+        kernels.append(kernel)
+    return kernels
+
+
+def _loaded_wrappers(code: str) -> list:
+    """Inductor's loaded wrapper modules whose source is ``code`` (the graph that ran)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    out = []
+    for module in list(PyCodeCache.modules):
+        try:
+            if Path(module.__file__).read_text() == code:
+                out.append(module)
+        except (OSError, AttributeError, TypeError):
+            continue
+    return out
+
+
+def _launch_config(modules: list, kernel_name: str) -> str:
+    """The configuration inductor launched ``kernel_name`` with (block size, warps), read off its autotuner."""
+    for module in modules:
+        tuner = getattr(module, kernel_name, None)
+        launchers = getattr(tuner, "launchers", None)
+        if launchers:
+            config = getattr(launchers[0], "config", None)
+            if config is not None:
+                return f"{getattr(config, 'kwargs', {})} num_warps={getattr(config, 'num_warps', '?')}"
+        configs = getattr(tuner, "configs", None)
+        if configs:
+            return f"candidates: {[str(c) for c in configs]}"
+    return ""
+
+
+def _ptx_of(kernel_name: str, caches: Path) -> tuple[list[Access], str]:
+    ptx = sorted(caches.rglob(f"{kernel_name}.ptx"))
+    if not ptx:
+        return [], f"no {kernel_name}.ptx in the private Triton cache"
+    return ptx_accesses(ptx[-1].read_text()), "PTX"
+
+
+def _triton_builtin(x, caches: Path) -> Kernel:
+    from relu2 import triton_kernel
+
+    grid = -(-x.numel() // triton_kernel.BLOCK)
+    kernel = Kernel("_relu_squared_kernel", "triton",
+                    launch=f"BLOCK={triton_kernel.BLOCK} num_warps={triton_kernel.NUM_WARPS} grid=({grid},)")
+    kernel.accesses, kernel.accesses_from = _ptx_of("_relu_squared_kernel", caches)
+    return kernel
+
+
+def _fused(device: str) -> Kernel:
+    from relu2 import fused
+
+    info = fused.build()
+    kernel = Kernel("relu2_kernel", "cuda" if info.cuda else "cpp", source=str(fused.source_dir()))
+    if device != "cuda" or not info.cuda:
+        kernel.accesses_from = "the C++ CPU twin (csrc/relu2_cpu.cpp): no GPU load/store instructions"
+        return kernel
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        kernel.accesses_from = "cuobjdump not found (it comes with the CUDA toolkit)"
+        return kernel
+    libraries = sorted(info.directory.glob("*.so"))
+    sass = subprocess.run([tool, "--dump-sass", str(libraries[0])], capture_output=True, text=True,
+                          timeout=120).stdout if libraries else ""
+    kernel.accesses = sass_accesses(sass)
+    kernel.accesses_from = "SASS" if kernel.accesses else f"no SASS read from {info.directory}"
+    return kernel
+
+
+def format_explanation(e: Explanation, show_source: bool = True) -> str:
+    """``relu2 inspect``'s output."""
+    shape = "x".join(map(str, e.shape))
+    lines = [f"{e.impl} on {e.dtype} {shape} ({e.device})", f"  how:         {e.description}"]
+    if e.warmup:
+        lines.append(f"  warm-up:     first called at {e.warmup} (then this shape)")
+    lines += [f"  agreement:   {e.agreement.splitlines()[0]}", f"  fingerprint: {e.fingerprint or '-'}"]
+    if e.launched:
+        lines.append(f"  launches:    {len(e.launched)} kernel(s): {', '.join(_short(n) for n in e.launched)}")
+    for note in e.notes:
+        lines.append(f"  note:        {note}")
+    for k in e.kernels:
+        lines.append(f"\nkernel {k.name} ({k.language})")
+        if k.launch:
+            lines.append(f"  launch:   {k.launch}")
+        if k.accesses:
+            lines += [f"  {a.describe()}" for a in k.accesses]
+            lines.append(f"  (from the {k.accesses_from})")
+        elif k.accesses_from:
+            lines.append(f"  accesses: {k.accesses_from}")
+        if show_source and k.source and k.language in ("triton", "cpp"):
+            lines += ["  source:", *("    " + line for line in k.source.splitlines())]
+    return "\n".join(lines)
+
+
+def _short(name: str, width: int = 90) -> str:
+    return name if len(name) <= width else name[:width] + "..."
+
+
+__all__: Iterable[str] = ("Access", "Explanation", "Kernel", "explain", "format_explanation", "ptx_accesses",
+                          "sass_accesses", "wrapper_kernels")

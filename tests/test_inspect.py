@@ -1,0 +1,72 @@
+"""relu2 inspect: what ran for a cell, read from the generated and compiled code."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import requires_cuda
+from relu2 import cli
+from relu2.explain import explain, ptx_accesses, sass_accesses, wrapper_kernels
+
+PTX = """
+    @%p1 ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];
+    @%p2 ld.global.L1::evict_last.b16 { %rs1 }, [ %rd2 + 0 ];
+    @%p1 st.global.v4.b32 [ %rd3 + 0 ], { %r5, %r6, %r7, %r8 };
+    ld.param.u64 %rd4, [param_0];
+"""
+SASS = """
+        /*0090*/                   LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;
+        /*00a0*/                   LDG.E.U16 R8, desc[UR4][R6.64] ;
+        /*0100*/                   STG.E.128 desc[UR4][R10.64], R4 ;
+        /*0110*/                   STG.E desc[UR4][R12.64], R9 ;
+"""
+
+
+def test_ptx_widths_are_lanes_times_element_bits():
+    found = {(a.op, a.bits): a.count for a in ptx_accesses(PTX)}
+    assert found == {("load", 128): 1, ("load", 16): 1, ("store", 128): 1}  # ld.param is not global
+
+
+def test_sass_widths():
+    found = {(a.op, a.bits): a.count for a in sass_accesses(SASS)}
+    assert found == {("load", 128): 1, ("load", 16): 1, ("store", 128): 1, ("store", 32): 1}
+
+
+def test_wrapper_kernels_are_found_in_inductor_wrapper_code():
+    code = ("x = 1\ntriton_poi_fused_0 = async_compile.triton('triton_poi_fused_0', '''\n@triton.jit\ndef k(): pass\n''',"
+            " device_str='cuda')\ncpp_fused_1 = async_compile.cpp_pybinding(['float*'], r'''\nextern \"C\" void kernel() {}\n''')\n")
+    assert [(n, lang) for n, lang, _ in wrapper_kernels(code)] == [("triton_poi_fused_0", "triton"), ("cpp_fused_1", "cpp")]
+
+
+@pytest.mark.slow
+def test_inspect_shows_the_generated_cpu_code_of_a_compiled_path():
+    static = explain("compile", "float32", (64, 128), "cpu")
+    dynamic = explain("compile_dynamic", "float32", (64, 128), "cpu")
+    assert static.agreement.startswith("ok") and dynamic.agreement.startswith("ok")
+    assert static.fingerprint and dynamic.fingerprint and static.fingerprint != dynamic.fingerprint
+    assert dynamic.warmup == "16384x128" and not static.warmup
+    (kernel,) = dynamic.kernels
+    assert kernel.language == "cpp" and "Vectorized<float>" in kernel.source
+    assert "ks0" in kernel.source  # dynamic: the size is a runtime symbol
+    (kernel,) = static.kernels
+    assert "8192" in kernel.source and "ks0" not in kernel.source  # static: 64 x 128 is baked in
+
+
+def test_inspect_command_line(capsys):
+    assert cli.main(["inspect", "eager", "--shape", "4096", "--dtype", "float32", "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "eager on float32 4096 (cpu)" in out and "no generated code" in out
+    with pytest.raises(SystemExit):
+        cli.main(["inspect", "eager", "--shape", "0x5"])
+    assert "every dimension must be >= 1" in capsys.readouterr().err
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_gpu_inspect_reads_load_widths_from_ptx_and_sass():
+    fused = explain("fused", "bfloat16", (4096, 4096), "cuda")
+    assert len(fused.launched) == 1 and any(a.bits == 128 for a in fused.kernels[0].accesses)
+    static = explain("compile", "bfloat16", (4096, 4096), "cuda")
+    (kernel,) = static.kernels
+    assert kernel.language == "triton" and "@triton.jit" in kernel.source and kernel.launch
+    assert any(a.op == "load" and a.bits == 128 for a in kernel.accesses)
