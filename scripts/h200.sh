@@ -6,14 +6,17 @@
 #   bash scripts/h200.sh STEP...   steps run in order:
 #     smoke         build, CUDA tests, relu2 info/check, SASS check, a small sweep
 #     tests         build, CUDA tests, relu2 check, SASS check
-#     asv=REV       asv run on REV (a commit, or an asv range A..B), offline, results kept
+#     inspect       relu2 inspect of the compiled paths, fused and triton on vLLM's shapes
+#     asv=REV       relu2 asv run on REV (a commit, a branch, or an asv range A..B), offline, results kept;
+#                   machine $RELU2_MACHINE (default h200) into $RELU2_RESULTS (default results)
 #     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
 # `bash ../shared/tools/gpu-box-wheels.sh .whl`) and .whl/repo.bundle, a git bundle of the
 # repository (`git bundle create .whl/repo.bundle --all`; asv checks commits out of it).
-# The box's own python3 (/opt/torch/.venv) has torch, triton, matplotlib, tqdm, pytest and ninja.
+# The box's own python3 (/opt/torch/.venv) has torch, triton, matplotlib, tqdm, pytest and ninja;
+# asv, asv-tachyon and virtualenv go into /tmp/site from .whl/, on its PYTHONPATH.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 ROOT=$(pwd)
@@ -24,12 +27,13 @@ mkdir -p "$LOG"
 TORCH_BIN=${RELU2_TORCH_BIN:-/opt/torch/.venv/bin}
 export PATH="$TORCH_BIN:$PATH"
 export RELU2_CACHE_DIR=${RELU2_CACHE_DIR:-/tmp/relu2-cache}
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+MACHINE=${RELU2_MACHINE:-h200}
+RESULTS=${RELU2_RESULTS:-results}
 # The copied checkout belongs to another user than root here; git would refuse to read it.
 git config --global --add safe.directory '*'
 
-# `relu2 export` and `relu2 gate` need torch (the box's python3) and asv (the venv above).
-relu2_with_asv() { PYTHONPATH="$PYTHONPATH:/tmp/asvenv/lib/python3.12/site-packages" python3 -m relu2 "$@"; }
+relu2_with_asv() { python3 -m relu2 "$@"; }
 
 step() { printf '\n== %s  (%s)\n' "$*" "$(date +%T)"; }
 run() { local name=$1; shift; step "$name"; local t0=$SECONDS
@@ -37,11 +41,12 @@ run() { local name=$1; shift; step "$name"; local t0=$SECONDS
   echo "-- $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$LOG/summary.txt"; return 0; }
 
 install_asv() {
-  # asv lives in a venv of its own; benchmark environments see torch through a .pth file
-  # (asv.conf.json's first build_command) and get everything else from .whl, never the network.
-  [ -x /tmp/asvenv/bin/asv ] && return 0
-  python3 -m venv /tmp/asvenv &&
-  /tmp/asvenv/bin/python -m pip install -q --no-index --find-links "$ROOT/.whl" asv asv-tachyon virtualenv
+  # asv beside the box's torch (in /tmp/site); `relu2 asv run` points the benchmark environments at
+  # that torch through a .pth file (asv.conf.json's first build_command) and they get everything else
+  # from .whl, never the network.
+  [ -d /tmp/site/asv ] && return 0
+  python3 -m pip install -q --no-index --no-deps --find-links "$ROOT/.whl" --target /tmp/site \
+    "$ROOT"/.whl/*.whl
 }
 
 sass() {
@@ -70,31 +75,31 @@ smoke() {
       --out "$OUT/sweep-smoke"
 }
 
-asv_run() {  # asv_run REV [MACHINE [CONFIG]]
-  local rev=$1 machine=${2:-h200} config=${3:-asv.conf.json} repo=/tmp/relu2-repo spec
+asv_run() {  # asv_run REV [MACHINE [RESULTS_DIR]]
+  local rev=$1 machine=${2:-$MACHINE} results=${3:-$RESULTS} repo=/tmp/relu2-repo spec config
   install_asv || { echo "asv install failed"; return 1; }
   [ -d $repo ] || git clone -q "$ROOT/.whl/repo.bundle" $repo
-  cp "$ROOT/asv.conf.json" $repo/asv.conf.json
-  mkdir -p $repo/results && cp -r "$ROOT/results/." $repo/results/ 2>/dev/null
+  (cd $repo && git fetch -q "$ROOT/.whl/repo.bundle" '+refs/heads/*:refs/remotes/bundle/*' 2>/dev/null; true)
+  config=$repo/asv.$machine.json  # beside the repo: asv resolves "repo": "." from it
+  sed "s#\"results_dir\": \"results\"#\"results_dir\": \"$results\"#; s#\"html_dir\": \"html\"#\"html_dir\": \"html-$machine\"#" \
+    "$ROOT/asv.conf.json" > "$config"
+  mkdir -p "$repo/$results" && cp -r "$ROOT/$results/." "$repo/$results/" 2>/dev/null
   export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl" PIP_CONFIG_FILE=/dev/null
-  export RELU2_TORCH_SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  (cd $repo && /tmp/asvenv/bin/asv machine --yes --machine "$machine" >/dev/null &&
-   python3 - "$machine" <<'PY'
-import json, os, sys
-from relu2.machine import machine_info
-path = os.path.expanduser("~/.asv-machine.json")
-data = json.load(open(path))
-data[sys.argv[1]].update(machine_info())
-json.dump(data, open(path, "w"), indent=2)
-print(json.dumps(data[sys.argv[1]], indent=1))
-PY
-  )
   case $rev in *..*) spec=$rev ;; *) spec="$rev^!" ;; esac
   # asv exits 2 when any cell failed; the cells say which.  RELU2_ASV_TIMEOUT keeps the call
   # inside the device tool's limit, so what was recorded still comes back.
   run "asv-$machine-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" timeout "${RELU2_ASV_TIMEOUT:-540}" sh -c \
-    "cd $repo && /tmp/asvenv/bin/asv run --config $config --machine '$machine' --show-stderr --record-samples '$spec'"
-  tar -C $repo -czf "$OUT/results.tgz" results
+    "cd $repo && python3 -m relu2 asv run --config $config --machine '$machine' --show-stderr --record-samples '$spec'"
+  tar -C $repo -czf "$OUT/results-$machine.tgz" "$results"
+}
+
+inspect_all() {
+  for args in "compile_dynamic --shape 19418x13824" "compile --shape 19418x13824 --no-source" \
+              "compile_dim0 --shape 19418x13824 --no-source" "compile_dynamic --shape 65536x4096 --no-source" \
+              "compile_dim0 --shape 2048x3712" "compile_dynamic --shape 2048x3712 --no-source" \
+              "compile --shape 2048x3712 --no-source" "fused --shape 19418x13824" "triton --shape 19418x13824"; do
+    run "inspect-$(echo "$args" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-40)" python3 -m relu2 inspect $args
+  done
 }
 
 demo() {  # demo BASE,HEAD
@@ -103,11 +108,9 @@ demo() {  # demo BASE,HEAD
   # the main one's), then the gate on (BASE, HEAD) and on (BASE, BASE).
   local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo
   [ -d $repo ] || git clone -q "$ROOT/.whl/repo.bundle" $repo
-  sed 's/"results_dir": "results"/"results_dir": "results-demo"/; s/"html_dir": "html"/"html_dir": "html-demo"/' \
-    "$ROOT/asv.conf.json" > $repo/asv.conf.demo.json  # beside the repo: asv resolves "repo": "." from it
   export RELU2_BENCH_IMPLS=fused,copy
-  asv_run "$base" h200-demo asv.conf.demo.json
-  asv_run "$head" h200-demo asv.conf.demo.json
+  asv_run "$base" h200-demo results-demo
+  asv_run "$head" h200-demo results-demo
   unset RELU2_BENCH_IMPLS
   tar -C $repo -czf "$OUT/results-demo.tgz" results-demo
   run gate-slower bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $head --results results-demo --machine h200-demo; echo gate exit \$?"
@@ -118,15 +121,17 @@ for step in "${@:-smoke}"; do
   case $step in
     smoke) smoke ;;
     tests) tests ;;
+    inspect) inspect_all ;;
     asv=*) asv_run "${step#asv=}" ;;
     demo=*) demo "${step#demo=}" ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
-    *) echo "usage: $0 [smoke | tests | asv=REV | demo=BASE,HEAD | sweep=ARG+ARG...]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | sweep=ARG+ARG...]..." >&2; exit 2 ;;
   esac
 done
-if [ -d /tmp/relu2-repo/results ]; then
-  (cd /tmp/relu2-repo && /tmp/asvenv/bin/asv publish >/dev/null 2>&1 && echo "asv publish: ok" | tee -a "$LOG/summary.txt")
-  relu2_with_asv export /tmp/relu2-repo/results --out "$OUT/export.csv"
+if [ -d "/tmp/relu2-repo/$RESULTS" ]; then
+  (cd /tmp/relu2-repo && python3 -m asv publish --config "asv.$MACHINE.json" >/dev/null 2>&1 &&
+   echo "asv publish: ok" | tee -a "$LOG/summary.txt")
+  relu2_with_asv export "/tmp/relu2-repo/$RESULTS" --out "$OUT/export.csv"
 fi
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs $(cd "$OUT" && ls -d sweep* 2>/dev/null)
 step summary
