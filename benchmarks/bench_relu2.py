@@ -35,6 +35,11 @@ Environment variables:
   suite's own list, plus any registered through the ``relu2.implementations`` entry point group).
 * ``RELU2_TIMEOUT=SECONDS``: an implementation silent this long on one input is killed and its
   remaining cells fail (default 300).
+* ``RELU2_BENCH_SUITES=Grid,Nemotron``: measure only these suites (the others' cells are n/a); pair
+  it with ``asv run --bench`` to time one suite quickly.
+
+What a commit costs on the H200 is in docs/tracking.md; the vLLM suites are cut to fit (bf16 only,
+no peak memory: the Grid and ModelShapes suites keep that history).
 """
 
 import itertools
@@ -106,15 +111,35 @@ def setup_cache():
     from relu2.timing import DEFAULT_BUDGET, QUICK_BUDGET
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cells = [c for c in dict.fromkeys(c for suite in SUITES for c in suite.cells())
-             if device == "cuda" or c.numel <= CPU_MAX_NUMEL]
     budget = QUICK_BUDGET if _quick() else DEFAULT_BUDGET
+    # Suite by suite, each cell once (suites share cells), the suites with history first.
+    plan, seen = [], set()
+    for suite in _selected():
+        cells = [c for c in suite.cells() if c not in seen and (device == "cuda" or c.numel <= CPU_MAX_NUMEL)]
+        seen.update(cells)
+        plan.append((suite.__name__, cells))
+    measured = {}
     start = time.perf_counter()
     # A kernel that crashes or hangs costs its own cells only; RELU2_TIMEOUT bounds a hang.
-    with sweep.measurer(cells, device, timeout_s=timeout_from_env()) as measurer:
-        results = sweep.run_sweep(cells, device=device, budget=budget, measurer=measurer).results
-    print(f"relu2: measured {len(cells)} cells on {device} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-    return {"device": device, "cells": {_key(r.cell): _entry(r) for r in results}}
+    with sweep.measurer(list(seen), device, timeout_s=timeout_from_env()) as measurer:
+        print(f"relu2: workers ready in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        for name, cells in plan:
+            began = time.perf_counter()
+            for result in sweep.run_sweep(cells, device=device, budget=budget, measurer=measurer).results:
+                measured[_key(result.cell)] = _entry(result)
+            print(f"relu2: {name}: {len(cells)} cells in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    print(f"relu2: measured {len(measured)} cells on {device} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    return {"device": device, "cells": measured}
+
+
+def _selected() -> list:
+    """The suites to measure: ``RELU2_BENCH_SUITES`` (comma-separated class names), else all."""
+    chosen = {s.strip() for s in os.environ.get("RELU2_BENCH_SUITES", "").split(",") if s.strip()}
+    unknown = chosen - {suite.__name__ for suite in SUITES}
+    if unknown:
+        raise ValueError(f"RELU2_BENCH_SUITES names no suite {sorted(unknown)}; suites: "
+                         f"{', '.join(s.__name__ for s in SUITES)}")
+    return [suite for suite in SUITES if not chosen or suite.__name__ in chosen]
 
 
 # The whole grid per commit: compiles, JIT builds and ~1000 cells take minutes on a GPU.
@@ -176,8 +201,8 @@ class _Suite:
     def _lookup(self, cache, params) -> dict:
         entry = cache["cells"].get(_key(self.cell(*params)))
         if entry is None:
-            raise _skip(f"not measured on {cache['device']}: inputs above {CPU_MAX_NUMEL} elements "
-                        f"are measured on CUDA only")
+            raise _skip(f"not measured on {cache['device']}: inputs above {CPU_MAX_NUMEL} elements are measured "
+                        "on CUDA only, and RELU2_BENCH_SUITES may leave this suite out")
         return entry
 
     def setup(self, cache, *params):
@@ -268,25 +293,28 @@ class ModelShapes(_TokensByHidden):
     params = [_impls(SUITE_IMPLS), _pick(MODEL_TOKENS, [1]), _pick(MODEL_HIDDEN, [3072])]
 
 
-class VllmShapes(_Suite):
-    """vLLM's own relu² benchmark grid (x = randn(batch * seq, d)) for the paths vLLM can run."""
+class _WithoutMemory(_TokensByHidden):
+    """The vLLM suites: no ``track_peak_memory`` (a process per cell costs; Grid and ModelShapes have it)."""
 
-    params = [_impls(VLLM_IMPLS), _pick(DTYPES, ["float32"]), _pick(VLLM_TOKENS, [16]), _pick(VLLM_HIDDEN, [3072])]
-    param_names = ["impl", "dtype", "tokens", "hidden"]
-
-    @staticmethod
-    def cell(impl, dtype, tokens, hidden) -> Cell:
-        return Cell(impl, dtype, tokens * hidden, (tokens, hidden))
+    track_peak_memory = None
 
 
-class Nemotron(_TokensByHidden):
+class VllmShapes(_WithoutMemory):
+    """vLLM's own relu² benchmark grid (x = randn(batch * seq, d)) for the paths vLLM can run, in bf16
+    (vLLM's default dtype; fp16 and fp32 with ``relu2 sweep --vllm-shapes``)."""
+
+    dtype = NEMOTRON_DTYPE
+    params = [_impls(VLLM_IMPLS), _pick(VLLM_TOKENS, [16]), _pick(VLLM_HIDDEN, [3072])]
+
+
+class Nemotron(_WithoutMemory):
     """Nemotron relu² widths at decode and prefill token counts, bf16, the paths vLLM can run."""
 
     dtype = NEMOTRON_DTYPE
     params = [_impls(VLLM_IMPLS), _pick(NEMOTRON_TOKENS, [8]), _pick(NEMOTRON_WIDTHS, [3712])]
 
 
-class WarmupOrder(_TokensByHidden):
+class WarmupOrder(_WithoutMemory):
     """The dynamic compiled paths warmed at the most tokens first (as vLLM's profiling run) and at one
     token first, side by side."""
 

@@ -107,7 +107,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for name, impl in registry.implementations().items():
         why = impl.why_not(device)
         state = "available" if not why else f"{'BROKEN' if impl.broken else 'unavailable'}: {why.splitlines()[0][:200]}"
-        print(f"  {name:<16}{state}")
+        print(f"  {name:<22}{state}")
     return 0
 
 
@@ -149,9 +149,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if schema.ROOFLINE not in names:
         names.append(schema.ROOFLINE)  # the roofline every figure is compared with
     sizes = args.sizes or schema.default_sizes(device)
-    cells = schema.grid_cells(names, args.dtype, sizes)
+    cells = [] if args.no_grid else schema.grid_cells(names, args.dtype, sizes)
     if args.model_shapes:
         cells += schema.model_cells(names)
+    if args.vllm_shapes:  # vLLM's own benchmark grid, in the dtypes asked for
+        cells += schema.model_cells(names, schema.VLLM_TOKENS, schema.VLLM_HIDDEN, args.dtype)
+    if args.nemotron:
+        cells += schema.model_cells(names, schema.NEMOTRON_TOKENS, schema.NEMOTRON_WIDTHS, (schema.NEMOTRON_DTYPE,))
+    if not cells:
+        return _fail("sweep", "no cells: --no-grid needs --model-shapes, --vllm-shapes or --nemotron")
     sweep.check_fits(cells, device)  # UsageError before anything runs
     out = Path(args.out)
     budget = Budget(samples=args.samples, sample_ms=args.sample_ms)
@@ -327,6 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", type=_csv_list(schema.MODE_NAMES), default=list(schema.MODE_NAMES),
                    help=f"comma-separated timing modes (default: {','.join(schema.MODE_NAMES)})")
     p.add_argument("--model-shapes", action="store_true", help="also time (tokens x hidden) bf16 model shapes")
+    p.add_argument("--vllm-shapes", action="store_true",
+                   help="also time vLLM's own relu² benchmark grid (batch x seq x d, as tokens x hidden) in --dtype")
+    p.add_argument("--nemotron", action="store_true",
+                   help="also time the Nemotron relu² widths at decode and prefill token counts (bf16)")
+    p.add_argument("--no-grid", action="store_true", help="only the shapes asked for with the options above")
     p.add_argument("--samples", type=_positive(int), default=10, help="samples per figure (default: 10)")
     p.add_argument("--sample-ms", type=_positive(float), default=5.0,
                    help="milliseconds of calls per sample (default: 5)")

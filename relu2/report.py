@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = ["format_matrix", "format_seconds", "format_table", "speedups"]
 
-_KEY_WIDTHS = (("impl", 16), ("dtype", 10), ("shape", 14), ("mode", 8))
+_KEY_WIDTHS = (("impl", 22), ("dtype", 10), ("shape", 14), ("mode", 8))
 _SHOWN = tuple(c for c in COLUMNS if c.header and c.name != "flags")
 _WIDTH = 11
 
@@ -63,12 +63,12 @@ def format_table(rows: Iterable["Row"]) -> str:
 def format_matrix(matrix: "Matrix") -> str:
     """``relu2 check``'s output: the matrix, then why some could not run, then every failing case."""
     lines = [f"agreement with the eager native path, bitwise, on {matrix.device}",
-             f"{'impl':<18}" + "".join(f"{d:<12}" for d in matrix.dtypes)]
+             f"{'impl':<22}" + "".join(f"{d:<12}" for d in matrix.dtypes)]
     verdicts: dict[str, list[str]] = {}
     for entry in matrix.entries:
         verdicts.setdefault(entry.impl, []).append(entry.verdict)
     for impl, cells in verdicts.items():
-        lines.append(f"{impl:<18}" + "".join(f"{c:<12}" for c in cells))
+        lines.append(f"{impl:<22}" + "".join(f"{c:<12}" for c in cells))
     for impl, why in matrix.not_here.items():
         lines.append(f"  n/a {impl}: {why.splitlines()[0][:200]}")
     for impl, why in matrix.broken.items():

@@ -53,7 +53,7 @@ def test_suites_take_their_grid_and_modes_from_the_package():
     assert (tuple(dtypes), tuple(numels)) == (schema.DTYPES, schema.DEFAULT_SIZES)
     assert impls[:len(schema.SUITE_IMPLS)] == list(schema.SUITE_IMPLS)
     assert b.ModelShapes.params[1:] == [list(schema.MODEL_TOKENS), list(schema.MODEL_HIDDEN)]
-    assert b.VllmShapes.params[2:] == [list(schema.VLLM_TOKENS), list(schema.VLLM_HIDDEN)]
+    assert b.VllmShapes.params[1:] == [list(schema.VLLM_TOKENS), list(schema.VLLM_HIDDEN)]
     assert b.Nemotron.params[1:] == [list(schema.NEMOTRON_TOKENS), list(schema.NEMOTRON_WIDTHS)]
     for mode in schema.MODES:
         method = getattr(b.Grid, f"track_{mode.name}")
@@ -67,9 +67,10 @@ def test_asv_discovers_the_suites(tmp_path):
     found = {b["name"]: b for b in json.loads(out.read_text())}
     from relu2.schema import MODE_NAMES
 
-    expected = {f"bench_relu2.{suite}.track_{what}" for suite in ("Grid", "ModelShapes", "VllmShapes", "Nemotron",
-                                                                   "WarmupOrder")
+    expected = {f"bench_relu2.{suite}.track_{what}" for suite in ("Grid", "ModelShapes")
                 for what in (*MODE_NAMES, "peak_memory", "kernel")}
+    expected |= {f"bench_relu2.{suite}.track_{what}" for suite in ("VllmShapes", "Nemotron", "WarmupOrder")
+                 for what in (*MODE_NAMES, "kernel")}
     assert set(found) == expected
     grid = found["bench_relu2.Grid.track_hot"]
     assert grid["param_names"] == ["impl", "dtype", "numel"]
@@ -86,9 +87,9 @@ def test_asv_discovers_the_suites(tmp_path):
         assert b["setup_cache_timeout"] >= 1800
     assert len({b["setup_cache_key"] for b in found.values()}) == 1  # one measurement for every suite
     vllm = found["bench_relu2.VllmShapes.track_hot"]
-    assert vllm["param_names"] == ["impl", "dtype", "tokens", "hidden"]
-    assert vllm["params"][2] == [str(t) for t in (1, 16, 64, 128, 256, 1024, 2048, 8192, 16384, 131072)]
-    assert vllm["params"][3] == ["3072", "9728", "12288"]
+    assert vllm["param_names"] == ["impl", "tokens", "hidden"]
+    assert vllm["params"][1] == [str(t) for t in (1, 16, 64, 128, 256, 1024, 2048, 8192, 16384, 131072)]
+    assert vllm["params"][2] == ["3072", "9728", "12288"]
     nemotron = found["bench_relu2.Nemotron.track_hot"]
     assert nemotron["params"][0] == ["'eager'", "'compile_dynamic'", "'compile_dim0'", "'fused'", "'copy'"]
     assert nemotron["params"][2] == [str(w) for w in (3712, 5376, 12288, 15680, 20480, 21504, 30720, 32768)]
@@ -139,6 +140,7 @@ def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_im
     # one agreement call per input (two grid sizes, one model shape), no timing calls
     # grid 1024 and 4096, ModelShapes 1x3072, VllmShapes 16x3072, Nemotron and WarmupOrder 8x3712 (shared)
     assert sorted(calls.read_text().split(), key=int) == ["1024", "3072", "4096", "29696", "49152"]
+    assert len(cache["cells"]) == 5 * 4  # each of the four implementations once per input
 
     grid.setup(cache, "wrong", "float32", 1024)  # failed is not skipped: the track_ methods raise
     for track in (grid.track_hot, grid.track_cold, grid.track_launch, grid.track_peak_memory):
