@@ -8,7 +8,8 @@
 #     tests         build, CUDA tests, relu2 check, SASS check
 #     inspect       relu2 inspect of the compiled paths, fused and triton on vLLM's shapes
 #     asv=REV       relu2 asv run on REV (a commit, a branch, or an asv range A..B), offline, results kept;
-#                   machine $RELU2_MACHINE (default h200) into $RELU2_RESULTS (default results)
+#                   machine $RELU2_MACHINE (default h200) into $RELU2_RESULTS (default results);
+#                   RELU2_ASV_BENCH=REGEX passes --bench (with RELU2_BENCH_SUITES, one suite only)
 #     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
@@ -89,7 +90,7 @@ asv_run() {  # asv_run REV [MACHINE [RESULTS_DIR]]
   # asv exits 2 when any cell failed; the cells say which.  RELU2_ASV_TIMEOUT keeps the call
   # inside the device tool's limit, so what was recorded still comes back.
   run "asv-$machine-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" timeout "${RELU2_ASV_TIMEOUT:-540}" sh -c \
-    "cd $repo && python3 -m relu2 asv run --config $config --machine '$machine' --show-stderr --record-samples '$spec'"
+    "cd $repo && python3 -m relu2 asv run --config $config --machine '$machine' --show-stderr --record-samples ${RELU2_ASV_BENCH:+--bench '$RELU2_ASV_BENCH'} '$spec'"
   tar -C $repo -czf "$OUT/results-$machine.tgz" "$results"
 }
 
