@@ -5,7 +5,8 @@
   overhead is hidden); without triton, the same method written out here.
 * ``cold``: the same with inputs that are not cache-resident.  On CUDA the L2 is flushed before each
   sample (outside the timed region) and every call inside the sample's graph reads its own input
-  copy and writes its own output, so no call finds its data in L2.  On the CPU the calls rotate
+  copy and writes its own output, so no call finds its data in L2.  From ROTATION_FACTOR x the L2
+  per call up, one call's bytes evict the last's by themselves: calls repeat on one input, no flush.  On the CPU the calls rotate
   over copies of the input whose total exceeds 4x the last-level cache.
 * ``launch``: wall-clock per call of back-to-back eager calls, then one synchronize: what eager mode
   pays, launch overhead included.
@@ -296,11 +297,12 @@ def _cuda_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     device = x.device
     l2 = l2_bytes(device)
     set_bytes = max(1, bytes_moved(x.numel(), dtype_name(x.dtype)))
+    if set_bytes >= ROTATION_FACTOR * l2:
+        return _cuda_cold_large(fn, x, budget)
     free, _ = torch.cuda.mem_get_info(device)
-    # Memory stays bounded: one sample's input copies and outputs hold at most 4x L2 (or one set
-    # when a single set is bigger, which is then cold by itself) and never more than half of
-    # what is free.
-    room = min(max(ROTATION_FACTOR * l2, set_bytes), free // 2)
+    # Memory stays bounded: one sample's input copies and outputs hold at most 4x L2 and never
+    # more than half of what is free.
+    room = min(ROTATION_FACTOR * l2, free // 2)
     flush = torch.empty(FLUSH_FACTOR * l2, dtype=torch.int8, device=device)
     with torch.cuda.stream(torch.cuda.Stream(device)):
         fn(x)
@@ -323,6 +325,30 @@ def _cuda_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
             if i:  # the first replay uploads the graph; not a sample
                 samples.append(ms / calls / 1e3)
     del graph, outputs, inputs, flush
+    return samples
+
+
+def _cuda_cold_large(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
+    """cold when one call's bytes are at least ROTATION_FACTOR x the L2: no call can find the previous
+    one's data there, so calls repeat on one input, without a flush and without copies.
+
+    A flush before such a sample gained nothing and cost stability: its dirty lines drained to
+    memory during the timed call, and with one call a sample the samples split into two modes.
+    """
+    with torch.cuda.stream(torch.cuda.Stream(x.device)):
+        fn(x)
+        estimate_s = min(_event_ms(lambda: fn(x)) for _ in range(3)) / 1e3
+        calls = _calls_per_sample(estimate_s, budget)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn(x)  # the output is dropped: the graph's pool reuses one buffer, memory stays bounded
+        samples = []
+        for i in range(budget.samples + 1):
+            ms = _event_ms(graph.replay)
+            if i:  # the first replay uploads the graph; not a sample
+                samples.append(ms / calls / 1e3)
+    del graph
     return samples
 
 
