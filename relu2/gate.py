@@ -69,13 +69,15 @@ class Rule:
     why: str = ""
 
 
-# The A/A targets on the H200 (issue 9, docs/results.md): identical code on two fresh boxes stays
-# within 3% at 2^20 elements and up, 5% below, in hot and cold; the floor keeps tiny kernels' tens
-# of nanoseconds of jitter out.
+# Measured, not chosen: two runs of 0b29c8e on two freshly started H200 boxes (docs/aa, the spread
+# table in docs/results.md) moved at most 1.043x at 2^22 elements and up (cold, a 37 µs cell), 1.074x
+# between 2^20 and 2^22 (a dynamic-shape compiled kernel of 5 µs) and up to 0.21 µs on the
+# microsecond cells below.  Each rule sits just above that; between two runs on one box the
+# compiled kernels of 2^20 elements moved up to 1.092x, hence 1.10 there.
 KERNEL_TIME_RULES: dict[str, Rule] = {
-    "< 2^20": Rule(True, 1.05, 0.15e-6),
-    "2^20 .. 2^22": Rule(True, 1.03, 0.15e-6),
-    ">= 2^22": Rule(True, 1.03, 0.0),
+    "< 2^20": Rule(True, 1.05, 0.25e-6),
+    "2^20 .. 2^22": Rule(True, 1.10, 0.25e-6),
+    ">= 2^22": Rule(True, 1.045, 0.0),
 }
 LAUNCH_WHY = ("host wall clock: identical code moved 0.60-2.19x between two freshly started boxes "
               "(docs/results.md), so launch is reported, not gated; --gate-launch RATIO gates it")
@@ -319,14 +321,32 @@ def _resolution_lines(resolution: Sequence[Resolution]) -> list[str]:
 
 
 def is_significant(base: Record, head: Record) -> bool:
-    """asv's own test of whether two ok cells differ; True when there are no statistics to test with."""
+    """Whether two ok cells differ: asv's own test, or interquartile ranges that do not overlap.
+
+    asv's test (Mann-Whitney U at p < 0.002 on the samples, else non-overlapping 99% confidence
+    intervals) needs every one of nine samples on its side; the first replays of a long graph are
+    often slower, and two such samples hid a 9% step on 2^28 elements (the detection run in
+    docs/results.md).  Separate quartiles say the same thing without being thrown by them.  With
+    no statistics to test with, True.
+    """
     from asv import _stats
 
     if not base.stats or not head.stats or base.stats.get("repeat", 0) == 1 or head.stats.get("repeat", 0) == 1:
         return True
     if not all(k in s for s in (base.stats, head.stats) for k in ("ci_99_a", "ci_99_b")):
         return True
+    if _apart(base.stats, head.stats):
+        return True
     return bool(_stats.is_different(base.samples, head.samples, base.stats, head.stats))
+
+
+def _apart(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """True when the interquartile ranges of two cells' samples do not overlap."""
+    try:
+        lo_a, hi_a, lo_b, hi_b = (float(x) for x in (a["q_25"], a["q_75"], b["q_25"], b["q_75"]))
+    except (KeyError, TypeError, ValueError):
+        return False
+    return hi_a < lo_b or hi_b < lo_a
 
 
 def _mode(record: Record) -> str | None:
