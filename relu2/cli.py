@@ -247,6 +247,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
                        floor_s=None if args.floor_us is None else args.floor_us * 1e-6,
                        gate_launch=args.gate_launch, allow_missing=args.allow_missing)
     print(report.render(args.format))
+    if args.spread:
+        print("\nSPREAD (head/base per implementation and mode, over the cells ok in both)")
+        print(gate.format_spread(report.spread, markdown=args.format == "markdown"))
     return report.exit_code
 
 
@@ -396,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-missing", action="append", default=[], metavar="PATTERN",
                    help="cells allowed to vanish at HEAD: an fnmatch pattern of the cell's label, e.g. "
                    "'ModelShapes.*' or '*impl=triton*' (repeatable)")
+    p.add_argument("--spread", action="store_true",
+                   help="also print head/base per implementation and mode (median, p10, p90, max): run on one "
+                   "commit measured on two boxes, it is the A/A data a noise model is set from")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="text (default), markdown (for a pull-request comment) or json (stable keys, "
                    "docs/tracking.md)")

@@ -161,6 +161,7 @@ class GateReport:
     not_gated: list[Change] = field(default_factory=list)  # beyond the threshold in a mode not gated
     improvements: list[Change] = field(default_factory=list)
     resolution: list[Resolution] = field(default_factory=list)
+    spread: list[Spread] = field(default_factory=list)
     base_date: str = ""
     head_date: str = ""
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -240,6 +241,7 @@ class GateReport:
             "not_gated": [c.as_json() for c in self.not_gated],
             "improvements": [c.as_json() for c in self.improvements],
             "resolution": [asdict(r) for r in self.resolution],
+            "spread": [asdict(s) for s in self.spread],
             "overrides": self.overrides,
         }
 
@@ -441,6 +443,60 @@ def resolution(base: Sequence[Record], options: Options = Options()) -> list[Res
     return out
 
 
+@dataclass(frozen=True)
+class Spread:
+    """How one implementation's figures in one mode moved between two runs: head/base ratio quantiles."""
+
+    impl: str
+    mode: str
+    cells: int
+    median: float
+    p10: float
+    p90: float
+    max: float  # the ratio furthest from 1, either way
+
+
+def spread(base: dict[Any, Record], head: dict[Any, Record]) -> list[Spread]:
+    """Per implementation and timing mode, the distribution of head/base over the cells ok in both.
+
+    Run on two measurements of one commit (two boxes, ``--base-machine``/``--head-machine``) it is
+    the A/A data a noise model is set from.  A cell measured once but listed by several suites counts once.
+    """
+    from relu2.timing import quantile
+
+    ratios: dict[tuple[str, str], dict[tuple, float]] = {}
+    for key, b in base.items():
+        h, mode = head.get(key), _mode(b)
+        if mode is None or h is None or b.status != "ok" or h.status != "ok" or not b.value:
+            continue
+        params = dict(b.params)
+        cell = (params.get("dtype", "bfloat16"), geometry_numel(params), params.get("tokens"), b.value)
+        ratios.setdefault((params["impl"], mode), {})[cell] = h.value / b.value
+    out = []
+    for (impl, mode), cells in ratios.items():
+        values = sorted(cells.values())
+        out.append(Spread(impl, mode, len(values), quantile(values, 0.5), quantile(values, 0.1), quantile(values, 0.9),
+                          max(values, key=lambda r: max(r, 1 / r))))
+    order = {m: i for i, m in enumerate(MODE_NAMES)}
+    from relu2.schema import impl_order
+
+    ranks = {name: i for i, name in enumerate(impl_order({s.impl for s in out}))}
+    return sorted(out, key=lambda s: (ranks[s.impl], order.get(s.mode, 99)))
+
+
+def format_spread(rows: Sequence[Spread], markdown: bool = False) -> str:
+    """The spread table: one line per implementation and mode."""
+    header = ("impl", "mode", "cells", "median", "p10", "p90", "max")
+    body = [(s.impl, s.mode, str(s.cells), f"{s.median:.3f}", f"{s.p10:.3f}", f"{s.p90:.3f}", f"{s.max:.3f}")
+            for s in rows]
+    if markdown:
+        return "\n".join(["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|---:|---:|"] +
+                         ["| " + " | ".join(r) + " |" for r in body])
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    return "\n".join("  ".join(r[i].rjust(widths[i]) if i > 1 else r[i].ljust(widths[i]) for i in range(len(r)))
+                     for r in [header, *body])
+
+
 def _by_key(records: list[Record]) -> dict[Any, Record]:
     # When one commit has results from several environments, the most recently run one wins.
     return {r.key: r for r in sorted(records, key=lambda r: r.started_at)}
@@ -501,11 +557,11 @@ def gate(
         raise
     except ResultsError as e:
         raise GateInputError(str(e)) from None
-    base_by_key = _by_key(base_records)
-    found = compare(base_by_key, _by_key(head_records), options, _kernels(base_records), _kernels(head_records))
+    base_by_key, head_by_key = _by_key(base_records), _by_key(head_records)
+    found = compare(base_by_key, head_by_key, options, _kernels(base_records), _kernels(head_records))
     return GateReport(
         base_machine=bm, head_machine=hm, base=base_full, head=head_full, compared=len(base_by_key),
         base_date=iso_date(base_dates.get(base_full))[:10], head_date=iso_date(head_dates.get(head_full))[:10],
-        resolution=resolution(list(base_by_key.values()), options),
+        resolution=resolution(list(base_by_key.values()), options), spread=spread(base_by_key, head_by_key),
         overrides={k: v for k, v in asdict(options).items() if v not in (None, ())}, **found,
     )

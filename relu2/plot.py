@@ -362,6 +362,51 @@ def plot_memory(rows: Sequence[Row], out_dir: str | os.PathLike, stem: str = "me
     return _save(fig, out_dir, stem)
 
 
+def token_rows(rows: Iterable[Row]) -> list[Row]:
+    """The (tokens, hidden) rows of the model suites: 2-D shapes that are not the size grid's."""
+    return [r for r in rows if not is_grid_row(r) and r.shape.count("x") == 1]
+
+
+def plot_tokens(rows: Sequence[Row], out_dir: str | os.PathLike, mode: str = "hot", dtype: str = "bfloat16",
+                stem: str = "tokens") -> list[Path]:
+    """Latency (µs) vs tokens, one panel per width, one line per implementation: the model-shape view.
+
+    Decode (1-512 tokens) and prefill (2048-16384) on one axis; copy's line is the memory floor of
+    each shape.  [] when fewer than two token counts share a width.
+    """
+    rows = [r for r in token_rows(ok_rows(rows)) if r.mode == mode and r.dtype == dtype]
+    by_width: dict[int, list[Row]] = defaultdict(list)
+    for r in rows:
+        by_width[int(r.shape.split("x")[1])].append(r)
+    widths = sorted(w for w, sub in by_width.items() if len({x.shape for x in sub}) >= 2)
+    if not widths:
+        return []
+    columns = min(4, len(widths))
+    lines = math.ceil(len(widths) / columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns + 0.4, 3.6 * lines), squeeze=False)
+    flat = [ax for line in axes for ax in line]
+    for ax, width in zip(flat, widths):
+        sub = by_width[width]
+        for impl in impl_order(r.impl for r in sub):
+            pts = sorted({int(r.shape.split("x")[0]): r.median_s * 1e6 for r in sub if r.impl == impl}.items())
+            style = impl_style(impl)
+            ax.plot([t for t, _ in pts], [v for _, v in pts], color=style.colour, marker=style.marker,
+                    markersize=4, linewidth=1.4, linestyle=mode_of(mode).linestyle)
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        _log_y(ax)
+        ax.set_title(f"width {width:,}", fontsize=10)
+        ax.set_xlabel("tokens")
+    for ax in flat[len(widths):]:
+        ax.axis("off")
+    for line in axes:
+        line[0].set_ylabel(f"latency per call (µs, {mode})")
+    fig.suptitle(title_of(f"latency vs tokens ({dtype}, {mode_of(mode).label})", rows))
+    _legend(fig, impl_order(r.impl for r in rows), [])
+    fig.tight_layout()
+    return _save(fig, out_dir, stem)
+
+
 def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: str,
                  out_dir: str | os.PathLike, stem: str | None = None, repo: str | os.PathLike | None = None) -> list[Path]:
     """One cell across commits: median (µs) with IQR error bars, commits in date (then git) order.
@@ -445,6 +490,7 @@ def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None
     written += plot_bandwidth(at, out_dir)
     written += plot_speedup(at, out_dir)
     written += plot_memory(at, out_dir)
+    written += plot_tokens(at, out_dir)
     machine = at[0].machine
     mine = [r for r in rows if r.machine == machine]
     for impl, dtype, numel, mode in history_cells(mine):

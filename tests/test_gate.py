@@ -237,6 +237,9 @@ def test_an_aa_pair_with_realistic_spread_passes(results):
     assert report.exit_code == 0, report.format()
     assert report.regressions == [] and report.vanished == [] and report.not_gated
     assert (report.base_machine, report.head_machine) == (fx.MACHINE, "box-b")
+    hot = {s.impl: s for s in report.spread if s.mode == "hot"}
+    assert set(hot) == {"eager", "compile", "compile_dynamic", "fused", "triton", "copy"}
+    assert all(0.95 < s.p10 <= s.median <= s.p90 < 1.05 for s in hot.values())
 
 
 def test_a_five_percent_step_beyond_the_spread_fails(results):
@@ -281,7 +284,7 @@ def test_markdown_and_json_reports(results):
     data = json.loads(report.render("json"))
     assert data["verdict"] == "fail" and data["exit_code"] == 1
     assert set(data) == {"verdict", "exit_code", "base", "head", "compared", "regressions", "new_failures",
-                         "vanished", "allowed_to_vanish", "not_gated", "improvements", "resolution", "overrides"}
+                         "vanished", "allowed_to_vanish", "not_gated", "improvements", "resolution", "spread", "overrides"}
     (regression,) = data["regressions"]
     assert regression["params"] == {"impl": "fused", "dtype": "bfloat16", "numel": "16777216"}
     assert regression["ratio"] == pytest.approx(1.5, rel=0.02) and regression["threshold"] == 1.045
