@@ -9,7 +9,7 @@ failed, so the gate is this small layer over asv's results API.  What it knows t
   floor it must exceed too (0.08 µs on a 1.1 µs kernel is not a regression anyone can act on); on
   top, the difference must be significant by asv's own statistics (``asv._stats.is_different``:
   Mann-Whitney U on the stored samples, or non-overlapping 99% confidence intervals).
-* **Which modes it can judge.**  hot and cold are gated.  launch (host wall clock) moved 0.60-2.19x
+* **Which modes it can judge.**  hot and cold are gated.  launch (host wall clock) moved 0.39-1.91x
   between two boxes of identical code: it is reported, never failing, unless ``--gate-launch``.
 * **Silence is not success.**  A cell that had a result at BASE and has none at HEAD (failed,
   skipped, missing, its benchmark gone) fails the gate unless ``--allow-missing`` names it.
@@ -79,7 +79,7 @@ KERNEL_TIME_RULES: dict[str, Rule] = {
     "2^20 .. 2^22": Rule(True, 1.10, 0.25e-6),
     ">= 2^22": Rule(True, 1.045, 0.0),
 }
-LAUNCH_WHY = ("host wall clock: identical code moved 0.60-2.19x between two freshly started boxes "
+LAUNCH_WHY = ("host wall clock: identical code moved 0.39-1.91x between two freshly started boxes "
               "(docs/results.md), so launch is reported, not gated; --gate-launch RATIO gates it")
 UNKNOWN_MODE_WHY = "no A/A data for this mode: reported, not gated"
 PEAK_MEMORY_RATIO = 1.01  # deterministic for identical code: any growth past rounding is real
@@ -222,7 +222,7 @@ class GateReport:
         lines += ["", "#### Resolution", "", "| mode | size | gated | ratio | floor | smallest flagged |",
                   "|---|---|---|---:|---:|---:|"]
         for r in self.resolution:
-            lines.append(f"| {r.mode} | {r.band} | {'yes' if r.gated else 'no'} | {r.ratio:.2f}x | "
+            lines.append(f"| {r.mode} | {r.band} | {'yes' if r.gated else 'no'} | {_threshold(r.ratio)} | "
                          f"{format_value(r.floor_s, 'seconds')} | {_detectable(r)} |")
         return "\n".join(lines)
 
@@ -267,6 +267,11 @@ def _three_digits(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
 
 
+def _threshold(x: float) -> str:
+    """A noise-model ratio as written: 1.05x, 1.1x, 1.045x."""
+    return f"{x:.3f}".rstrip("0").rstrip(".") + "x"
+
+
 def _ratio(c: Change) -> str:
     return f"{c.ratio:.2f}x" if _is_number(c.ratio) else "-"
 
@@ -275,8 +280,8 @@ def _detectable(r: Resolution) -> str:
     if not r.gated:
         return "not gated"
     if not _is_number(r.fastest_s):
-        return f"{r.ratio:.2f}x"
-    return f"{r.smallest_detectable:.2f}x (at {format_value(r.fastest_s, 'seconds')})"
+        return _threshold(r.ratio)
+    return f"{_threshold(r.smallest_detectable)} (at {format_value(r.fastest_s, 'seconds')})"
 
 
 def format_value(value: float | None, unit: str) -> str:
@@ -316,7 +321,7 @@ def _table(title: str, changes: list[Change], limit: int | None = None) -> list[
 
 def _resolution_lines(resolution: Sequence[Resolution]) -> list[str]:
     rows = [("mode", "size", "ratio", "floor", "smallest flagged")]
-    rows += [(r.mode, r.band, f"{r.ratio:.2f}x" if r.gated else "-", format_value(r.floor_s, "seconds") if r.gated else "-",
+    rows += [(r.mode, r.band, _threshold(r.ratio) if r.gated else "-", format_value(r.floor_s, "seconds") if r.gated else "-",
               _detectable(r)) for r in resolution]
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     return ["  ".join(row[i].ljust(widths[i]) for i in range(5)) for row in rows]

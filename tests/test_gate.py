@@ -57,7 +57,7 @@ def test_launch_is_reported_not_gated_unless_asked(results):
     label = "ModelShapes.track_launch(impl=compile, tokens=64, hidden=21504)"
     assert report.exit_code == 0 and labels(report.not_gated)[0] == label  # then triton's launch, faster
     assert all("track_launch" in c for c in labels(report.not_gated))
-    assert "NOT GATED" in report.format() and "0.60-2.19x" in report.format()
+    assert "NOT GATED" in report.format() and "0.39-1.91x" in report.format()
     gated = gate(results, fx.COMMIT_1, fx.COMMIT_2, gate_launch=1.25)
     assert gated.exit_code == 1 and labels(gated.regressions) == [label] and gated.improvements
 
