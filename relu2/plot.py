@@ -24,7 +24,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display here; must come before pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from relu2.results import Row, atomic_write_text  # noqa: E402
 from relu2.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape  # noqa: E402
@@ -198,6 +198,35 @@ def _draw_lines(ax, rows: Sequence[Row], modes: Sequence[str], value: Callable[[
                 lo_hi = [band(p[2]) for p in pts]
                 ax.fill_between(xs, [b[0] for b in lo_hi], [b[1] for b in lo_hi], color=colour, alpha=0.18,
                                 linewidth=0)
+            flagged = [p for p in pts if p[2].flags]
+            if flagged:  # implausible figures (relu2.schema.FLAG_DOCS) are marked, never hidden
+                ax.scatter([p[0] for p in flagged], [p[1] for p in flagged], **FLAG_MARK)
+
+
+FLAG_MARK = dict(marker="x", s=60, color="#B00020", linewidths=1.8, zorder=5)
+
+
+def _flag_handle(rows: Iterable[Row]) -> list[Line2D]:
+    """A legend entry for the flag mark when any drawn row is flagged."""
+    if not any(r.flags for r in rows):
+        return []
+    return [Line2D([], [], linestyle="", marker=FLAG_MARK["marker"], color=FLAG_MARK["color"],
+                   markersize=8, label="implausible figure\n(see the flags column)")]
+
+
+def speedup_ticks(lo: float, hi: float) -> list[float]:
+    """Speed-up axis ticks: powers of 2 (and 1.5 x them when the range is narrow) covering [lo, hi],
+    at most 10, always at least two (log2 alone leaves two or three labels on a narrow range, and
+    matplotlib's LogLocator with two subs gives none on a wide one)."""
+    lo, hi = min(lo, hi), max(lo, hi)
+    first, last = math.floor(math.log2(lo)), math.ceil(math.log2(hi))
+    subs = (1.0, 1.5) if last - first <= 3 else (1.0,)
+    ticks = [m * 2.0**k for k in range(first, last + 1) for m in subs]
+    inside = [t for t in ticks if lo / 1.001 <= t <= hi * 1.001]
+    if len(inside) < 2:
+        inside = [t for t in ticks if lo / 2 <= t <= hi * 2][:3]
+    step = max(1, math.ceil(len(inside) / 10))
+    return inside[::step]
 
 
 def _modes_present(rows: Sequence[Row], wanted: Sequence[str]) -> list[str]:
@@ -242,7 +271,7 @@ def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
         ax.set_title(f"{dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else dtype)
     axes[0].set_ylabel("latency per call (µs, median; band: IQR)")
     fig.suptitle(title_of("latency", rows))
-    _legend(fig, impl_order(r.impl for r in rows), modes, extra)
+    _legend(fig, impl_order(r.impl for r in rows), modes, extra + _flag_handle(rows))
     fig.tight_layout()
     return _save(fig, out_dir, stem)
 
@@ -277,7 +306,7 @@ def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Seque
         ax.set_title(f"{dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else dtype)
     axes[0].set_ylabel("achieved bandwidth (GB/s, read + write)")
     fig.suptitle(title_of("bandwidth", rows))
-    _legend(fig, impl_order(r.impl for r in rows), modes, extra)
+    _legend(fig, impl_order(r.impl for r in rows), modes, extra + _flag_handle(rows))
     fig.tight_layout()
     return _save(fig, out_dir, stem)
 
@@ -314,8 +343,8 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
         ax.axhline(1.0, color=impl_style(BASELINE).colour, linewidth=1.0)
         _size_axis(ax, (r.numel for r in sub))
         ax.set_yscale("log", base=2)
-        # Ticks at 2^k and 1.5 x 2^k: log2 alone leaves only two or three labels.
-        ax.yaxis.set_major_locator(LogLocator(base=2, subs=(1.0, 1.5)))
+        values = [value[id(r)] for r in sub] + [1.0]
+        ax.yaxis.set_major_locator(FixedLocator(speedup_ticks(min(values), max(values))))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.grid(True, which="major", axis="y", alpha=0.3)
@@ -323,7 +352,7 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
     axes[0].set_ylabel(f"speed-up over {BASELINE} (×, higher is better)")
     fig.suptitle(title_of(f"speed-up over {BASELINE}", srows))
     extra = [Line2D([], [], color=impl_style(BASELINE).colour, linewidth=1.0, label=f"{BASELINE} = 1×")]
-    _legend(fig, impl_order(r.impl for r in srows), modes, extra)
+    _legend(fig, impl_order(r.impl for r in srows), modes, extra + _flag_handle(srows))
     fig.tight_layout()
     return _save(fig, out_dir, stem)
 

@@ -39,7 +39,7 @@ def test_plot_all_latest_commit(rows, tmp_path):
     written = plot.plot_all(rows, tmp_path)
     impls = ["eager", "compile", "compile_dynamic", "fused", "triton"]
     history = {f"history-{i}-bfloat16-268435456-hot" for i in impls}
-    assert_images(written, {"latency", "bandwidth", "speedup"} | history)
+    assert_images(written, {"latency", "bandwidth", "speedup", "tokens"} | history)  # tokens: ModelShapes
     svg = (tmp_path / "latency.svg").read_text()
     assert f"{fx.MACHINE} @ {fx.COMMIT_3[:8]}" in svg  # title: machine and commit (text kept as text)
     assert "latency per call (µs" in svg and "256M" in svg
@@ -79,7 +79,7 @@ def test_rows_of_one_uncommitted_sweep(rows, tmp_path):
     # A `relu2 sweep` CSV: one machine, no commit; no history plot then.
     sweep = [dataclasses.replace(r, commit="", date="") for r in plot.select_commit(rows, fx.COMMIT_3)]
     written = plot.plot_all(sweep, tmp_path)
-    assert {p.stem for p in written} == {"latency", "bandwidth", "speedup"}
+    assert {p.stem for p in written} == {"latency", "bandwidth", "speedup", "tokens"}
     assert "uncommitted" in (tmp_path / "latency.svg").read_text()
 
 
@@ -95,3 +95,23 @@ def test_copy_ceiling_is_copy_at_its_largest_size(rows):
     ceiling = plot.copy_ceiling_gbps(at, "bfloat16")
     largest = [r for r in at if r.impl == "copy" and r.dtype == "bfloat16" and r.numel == 2**28 and r.mode == "hot"]
     assert ceiling == pytest.approx(largest[0].gbps)
+
+
+@pytest.mark.parametrize("lo, hi", [(0.04, 16.0), (0.5, 1.0), (1.2, 2.5), (0.9, 1.1), (1.0, 400.0)])
+def test_speedup_ticks_label_any_range(lo, hi):
+    from relu2.plot import speedup_ticks
+
+    ticks = speedup_ticks(lo, hi)
+    assert 2 <= len(ticks) <= 10 and ticks == sorted(ticks)
+    if hi / lo > 2:  # a real range: every tick is on the axis
+        assert all(lo / 1.001 <= t <= hi * 1.001 for t in ticks)
+    assert speedup_ticks(1.2, 2.5) == [1.5, 2.0]  # narrow: 1.5 x 2^k too
+
+
+def test_implausible_figures_are_marked_in_the_plots(rows, tmp_path):
+    from relu2.plot import _flag_handle, plot_latency, select_commit
+
+    at = select_commit(rows)
+    flagged = [dataclasses.replace(r, flags="above-roofline") if r.impl == "fused" else r for r in at]
+    assert _flag_handle(at) == [] and _flag_handle(flagged)[0].get_label().startswith("implausible")
+    assert plot_latency(flagged, tmp_path)  # draws, with the mark and its legend entry
