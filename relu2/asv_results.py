@@ -231,10 +231,13 @@ def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -
 
 def _asv():
     # Imported lazily: asv pulls in a fair amount and most of relu2 never needs it.
-    from asv import results as asv_results
-    from asv import util as asv_util
-    from asv.benchmarks import Benchmarks
-    from asv.machine import Machine
+    try:
+        from asv import results as asv_results
+        from asv import util as asv_util
+        from asv.benchmarks import Benchmarks
+        from asv.machine import Machine
+    except ImportError as e:
+        raise ResultsError(f"asv is not importable by {sys.executable} ({e}): pip install asv") from None
 
     return asv_results, asv_util, Benchmarks, Machine
 
@@ -460,13 +463,14 @@ def load_rows(results_dir: str | os.PathLike, machine: str | None = None, commit
 
 
 def export_csv(
-    results_dir: str | os.PathLike, out: str | os.PathLike | None = None, machine: str | None = None
+    results_dir: str | os.PathLike, out: str | os.PathLike | None = None, machine: str | None = None,
+    commit: str | None = None,
 ) -> int:
     """Write the tidy CSV of ``load_rows`` to ``out`` (atomically), or to stdout when ``out`` is None or "-".
 
     Returns the number of rows written.
     """
-    rows = load_rows(results_dir, machine=machine)
+    rows = load_rows(results_dir, machine=machine, commit=commit)
     if out is None or str(out) == "-":
         sys.stdout.write(csv_text(rows))
         sys.stdout.flush()

@@ -233,7 +233,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from relu2 import asv_results
 
-    n = asv_results.export_csv(Path(args.results), args.out, machine=args.machine)
+    n = asv_results.export_csv(Path(args.results), args.out, machine=args.machine, commit=args.commit)
     if args.out:
         print(f"wrote {n} rows to {args.out}", file=sys.stderr)
     return 0
@@ -372,6 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("results", metavar="RESULTS_DIR")
     p.add_argument("--out", help="CSV file to write (default: stdout)")
     p.add_argument("--machine", help="only this machine")
+    p.add_argument("--commit", help="only this commit: a hash, a prefix or a git ref (main~1, a tag)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("gate", help="fail (exit 1) when HEAD is slower than BASE beyond noise, or lost a cell",

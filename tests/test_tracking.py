@@ -1,0 +1,82 @@
+"""Tracking as the README says: git refs wherever a commit is asked for, and relu2 asv run's preparation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import asv_fixture as fx  # noqa: E402
+
+from relu2 import asv_run, cli  # noqa: E402
+from relu2.asv_results import ResultsError, resolve_commit  # noqa: E402
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    """The fixture's git history checked out, with its asv results inside (as a project keeps results/)."""
+    repo = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(fx.BUNDLE), str(repo)], check=True)
+    shutil.copytree(fx.RESULTS, repo / "results")
+    subprocess.run(["git", "-C", str(repo), "tag", "v1", fx.COMMIT_1], check=True)
+    return repo
+
+
+def test_git_refs_name_commits_with_results(checkout):
+    results = checkout / "results"
+    assert resolve_commit(results, "main") == fx.COMMIT_3
+    assert resolve_commit(results, "main~1") == fx.COMMIT_2
+    assert resolve_commit(results, "HEAD~2") == fx.COMMIT_1 == resolve_commit(results, "v1")
+    assert resolve_commit(results, fx.COMMIT_2[:7].upper()) == fx.COMMIT_2  # prefixes, any case
+    with pytest.raises(ResultsError, match=r"no results for commit 'Main~9'"):  # the input, as typed
+        resolve_commit(results, "Main~9")
+
+
+def test_gate_plot_and_export_take_git_refs(checkout, tmp_path, capsys):
+    results = str(checkout / "results")
+    assert cli.main(["gate", "main~1", "main", "--results", results]) == 1  # the planted regression
+    assert fx.PLANTED_LABEL in capsys.readouterr().out
+    assert cli.main(["plot", results, "--commit", "main~1", "--out", str(tmp_path / "plots")]) == 0
+    assert fx.COMMIT_2[:8] in (tmp_path / "plots" / "latency.svg").read_text()
+    assert cli.main(["export", results, "--commit", "v1", "--out", str(tmp_path / "v1.csv")]) == 0
+    assert {r["commit"] for r in csv.DictReader(open(tmp_path / "v1.csv"))} == {fx.COMMIT_1}
+
+
+def test_relu2_asv_run_records_the_machine_and_points_at_torch(tmp_path, monkeypatch):
+    machine_file = tmp_path / "asv-machine.json"
+    name = asv_run.record_machine("ci-box", str(machine_file))
+    data = json.loads(machine_file.read_text())
+    assert name == "ci-box" and data["version"] == 1
+    assert {"gpu", "driver", "cuda", "torch", "triton", "cpu", "ram", "machine"} <= set(data["ci-box"])
+    import torch
+
+    assert data["ci-box"]["torch"] == torch.__version__
+    assert Path(asv_run.torch_site(), "torch").is_dir()
+
+
+@pytest.mark.parametrize("missing, message", [
+    ("config", "asv.conf.json not found"),
+    ("torch", "torch is not importable"),
+    ("virtualenv", "need the virtualenv package"),
+])
+def test_relu2_asv_run_refuses_in_one_line_before_building(missing, message, tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    monkeypatch.chdir(fx.FIXTURE_DIR.parents[1] if missing != "config" else tmp_path)
+    real = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        if name == missing:
+            return None
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    assert cli.main(["asv", "run", "--machine", "x", "HEAD^!"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
