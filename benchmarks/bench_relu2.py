@@ -323,3 +323,39 @@ class WarmupOrder(_WithoutMemory):
 
 
 SUITES = (Grid, ModelShapes, VllmShapes, Nemotron, WarmupOrder)
+
+# The overview a dashboard shows first has one tile per benchmark, averaged over its parameters:
+# one benchmark per implementation puts "which implementation got slower" on that page.
+SUMMARY_FROM_NUMEL = 2**20  # below, launch and L2 effects, not the implementation, set the figure
+
+
+class Implementations:
+    """One figure per implementation: the geometric mean of its hot medians over the Grid cells of
+    2^20 elements and more (every dtype).  A step in one of them says that implementation got slower
+    somewhere at the sizes where its kernel, not the launch, sets the time."""
+
+    unit = "seconds"
+
+
+def _summary(impl: str):
+    def track(self, cache):
+        import math
+        import statistics
+
+        medians = []
+        for cell in Grid.cells():
+            entry = cache["cells"].get(_key(cell))
+            if cell.impl == impl and cell.numel >= SUMMARY_FROM_NUMEL and entry and entry["modes"]["hot"]["samples"]:
+                medians.append(statistics.median(entry["modes"]["hot"]["samples"]))
+        if not medians:
+            raise _skip_one(f"no hot figure of {impl} at {SUMMARY_FROM_NUMEL} elements or more here")
+        return math.exp(sum(math.log(m) for m in medians) / len(medians))
+
+    track.__name__ = track.__qualname__ = f"track_{impl}"
+    track.version = "1"
+    track.less_is_better = True
+    return track
+
+
+for _impl in Grid.params[0]:
+    setattr(Implementations, f"track_{_impl}", _summary(_impl))

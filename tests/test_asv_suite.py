@@ -71,6 +71,9 @@ def test_asv_discovers_the_suites(tmp_path):
                 for what in (*MODE_NAMES, "peak_memory", "kernel")}
     expected |= {f"bench_relu2.{suite}.track_{what}" for suite in ("VllmShapes", "Nemotron", "WarmupOrder")
                  for what in (*MODE_NAMES, "kernel")}
+    from relu2.schema import SUITE_IMPLS
+
+    expected |= {f"bench_relu2.Implementations.track_{impl}" for impl in SUITE_IMPLS}  # the overview's tiles
     assert set(found) == expected
     grid = found["bench_relu2.Grid.track_hot"]
     assert grid["param_names"] == ["impl", "dtype", "numel"]
@@ -82,10 +85,12 @@ def test_asv_discovers_the_suites(tmp_path):
     assert model["params"][1:] == [["1", "16", "128", "1024", "4096", "16384"], ["3072", "12288"]]
     for name, b in found.items():
         assert b["type"] == "track"
+        assert b.get("less_is_better") is (None if name.endswith("track_kernel") else True), name
         assert b["unit"] == {"track_peak_memory": "bytes", "track_kernel": "kernel id"}.get(
             name.rsplit(".", 1)[-1], "seconds")
         assert b["setup_cache_timeout"] >= 1800
     assert len({b["setup_cache_key"] for b in found.values()}) == 1  # one measurement for every suite
+    assert found["bench_relu2.Implementations.track_fused"]["params"] == []
     vllm = found["bench_relu2.VllmShapes.track_hot"]
     assert vllm["param_names"] == ["impl", "tokens", "hidden"]
     assert vllm["params"][1] == [str(t) for t in (1, 16, 64, 128, 256, 1024, 2048, 8192, 16384, 131072)]
@@ -245,3 +250,21 @@ def test_asv_run_and_publish_end_to_end(tmp_path):
     index = json.loads((tmp_path / "html" / "index.json").read_text())
     assert "bench_relu2.Grid.track_hot" in index["benchmarks"]
     assert (tmp_path / "html" / "index.html").exists()
+
+
+def test_implementation_summary_is_the_geometric_mean_of_its_large_hot_cells(bench):
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+
+    cells = {}
+    for cell in bench.Grid.cells():
+        hot = [2e-6, 4e-6, 3e-6] if cell.impl == "eager" else []
+        cells[bench._key(cell)] = {"status": "ok", "modes": {"hot": {"samples": hot}}}
+    summary = bench.Implementations()
+    with pytest.raises(SkipNotImplemented):  # the quick grid stops below 2^20 elements
+        summary.track_eager({"device": "cpu", "cells": cells})
+    big = bench.Grid.cell("eager", "float32", 2**20)
+    bigger = bench.Grid.cell("eager", "float32", 2**22)
+    cells[bench._key(big)] = {"status": "ok", "modes": {"hot": {"samples": [1e-6, 1e-6, 1e-6]}}}
+    cells[bench._key(bigger)] = {"status": "ok", "modes": {"hot": {"samples": [4e-6, 4e-6, 9e-6]}}}
+    bench.Grid.cells = classmethod(lambda cls: [big, bigger])  # reload() in the fixture restores it
+    assert summary.track_eager({"device": "cpu", "cells": cells}) == pytest.approx(2e-6)

@@ -18,6 +18,7 @@ docs/img/dashboard.png.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html as html_lib
 import importlib.util
@@ -71,7 +72,11 @@ def _run(cmd: list[str], env: dict[str, str], cwd: Path) -> str:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """The published and tachyon-installed HTML folder, built from a copy of the fixture."""
-    root = tmp_path_factory.mktemp("dashboard")
+    return _build_site(tmp_path_factory.mktemp("dashboard"))
+
+
+def _build_site(root: Path, edit=None) -> Path:
+    """Publish a copy of the fixture (after ``edit(results)``) and install tachyon over it."""
     home = root / "home"
     home.mkdir()
     # A private HOME: asv reads ~/.asv-machine.json and git reads ~/.gitconfig; neither may leak in.
@@ -79,6 +84,8 @@ def site(tmp_path_factory) -> Path:
     repo = root / "repo"
     _run(["git", "clone", "-q", "--branch", "main", str(fx.BUNDLE), str(repo)], env, root)
     results = fx.copy_results(root / "results")
+    if edit is not None:
+        edit(results)
     html = root / "html"
     conf = root / "asv.conf.json"
     conf.write_text(json.dumps({
@@ -111,6 +118,18 @@ class Server:
 @pytest.fixture(scope="module")
 def server(site: Path) -> Iterator[Server]:
     """``site`` served on 127.0.0.1 (never every interface) at an ephemeral port, requests recorded."""
+    with _serving(site) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _serve(site: Path) -> Iterator[str]:
+    with _serving(site) as server:
+        yield server.url
+
+
+@contextlib.contextmanager
+def _serving(site: Path) -> Iterator[Server]:
     server = Server(url="")
 
     class Handler(SimpleHTTPRequestHandler):
@@ -232,6 +251,34 @@ def test_legacy_asv_page_fails_offline(server: Server, tmp_path: Path):
     # If this ever renders, the offline guarantee of the other tests is not being exercised.
     page = load(f"{server.url}index.legacy.html", tmp_path, "legacy", height=400)
     assert "external (JavaScript) dependencies of airspeed velocity failed to load" in page.text
+
+
+def _slower_and_lower_is_better(results: Path) -> None:
+    """Every Grid.track_hot cell 1.3x slower at commit 3, and the benchmarks marked as our suites mark
+    them (``less_is_better`` on each track_ function, copied by asv into benchmarks.json)."""
+    benchmarks = json.loads((results / "benchmarks.json").read_text())
+    for b in benchmarks.values():
+        if isinstance(b, dict) and b.get("unit") == "seconds":
+            b["less_is_better"] = True
+    (results / "benchmarks.json").write_text(json.dumps(benchmarks))
+    path = fx.result_file(results, fx.COMMIT_3)
+    data = json.loads(path.read_text())
+    row = data["results"]["bench_relu2.Grid.track_hot"]
+    column = data["result_columns"].index("result")
+    row[column] = [v * 1.3 if v is not None else None for v in row[column]]
+    path.write_text(json.dumps(data))
+
+
+def test_a_slower_seconds_benchmark_is_shown_worse(tmp_path_factory, tmp_path: Path):
+    site = _build_site(tmp_path_factory.mktemp("lower-is-better"), _slower_and_lower_is_better)
+    index = json.loads((site / "index.json").read_text())
+    assert index["benchmarks"]["bench_relu2.Grid.track_hot"]["less_is_better"] is True
+    with _serve(site) as url:
+        page = load(url, tmp_path, "lower-is-better")
+    tile = re.search(r'data-bench="bench_relu2.Grid.track_hot".*?class="foot">(.*?)</div>', page.dom, re.S)
+    assert tile, page.text[:1000]
+    # tachyon's colour classes: "delta-up" is the bad direction (red), "delta-down" the good one.
+    assert 'class="delta-up"' in tile.group(1) and "+" in tile.group(1), tile.group(1)
 
 
 def test_console_errors_are_seen(site: Path, server: Server, tmp_path: Path):
