@@ -281,6 +281,13 @@ def load_benchmarks(results_dir: str | os.PathLike) -> dict[str, BenchmarkInfo]:
     return out
 
 
+def machine_info(results_dir: str | os.PathLike, machine: str) -> dict[str, Any]:
+    """What ``<results_dir>/<machine>/machine.json`` records (asv's keys plus gpu, driver, cuda, torch)."""
+    _, _, _, Machine = _asv()
+    path = _check_dir(results_dir) / machine / "machine.json"
+    return _load_json(path, Machine.api_version) if path.is_file() else {}
+
+
 def machines(results_dir: str | os.PathLike) -> list[str]:
     """Names of the machines with results: sub-folders holding a ``machine.json`` and a result file, sorted.
 

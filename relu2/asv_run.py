@@ -133,6 +133,10 @@ def prepare(argv: Sequence[str]) -> None:
     if not argv or argv[0] not in _PREPARED or "-h" in argv or "--help" in argv:
         return
     check_prerequisites(argv)
+    if os.environ.get("RELU2_BENCH_IMPLS", "").strip():
+        print("relu2 asv: warning: RELU2_BENCH_IMPLS narrows the suites' parameters, and asv publish draws only "
+              "the parameters benchmarks.json lists, for every machine of the results folder: give this run a "
+              "results folder of its own (--config with another results_dir)", file=sys.stderr)
     name = record_machine(_option(argv, "--machine"))
     os.environ.setdefault(ENV_TORCH_SITE, torch_site())
     print(f"relu2 asv: machine {name!r} recorded with its GPU/driver/CUDA/torch/triton; environments see torch "

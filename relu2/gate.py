@@ -28,7 +28,16 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from relu2.asv_results import Record, ResultsError, commit_dates, iso_date, load_records, machines, resolve_commit
+from relu2.asv_results import (
+    Record,
+    ResultsError,
+    commit_dates,
+    iso_date,
+    load_records,
+    machine_info,
+    machines,
+    resolve_commit,
+)
 from relu2.schema import MODE_NAMES, geometry_numel, kernel_hex
 
 
@@ -82,12 +91,21 @@ KERNEL_TIME_RULES: dict[str, Rule] = {
 LAUNCH_WHY = ("host wall clock: identical code moved 0.39-1.91x between two freshly started boxes "
               "(docs/results.md), so launch is reported, not gated; --gate-launch RATIO gates it")
 UNKNOWN_MODE_WHY = "no A/A data for this mode: reported, not gated"
+CPU_WHY = ("a CPU machine (machine.json: gpu none): on a shared 2-core CPU, two commits with the same "
+           "kernels moved up to 3.6x (results/cpu-2core), so its timings are reported, not gated; --factor "
+           "gates them")
 PEAK_MEMORY_RATIO = 1.01  # deterministic for identical code: any growth past rounding is real
 
 
 def rule_for(mode: str, numel: int, factor: float | None = None, floor_s: float | None = None,
-             gate_launch: float | None = None) -> Rule:
-    """The rule a timing cell of ``mode`` and ``numel`` elements is judged by (with any overrides)."""
+             gate_launch: float | None = None, cpu: bool = False) -> Rule:
+    """The rule a timing cell of ``mode`` and ``numel`` elements is judged by (with any overrides).
+
+    The ratios and floors were measured on a GPU; a CPU machine's timings are reported, not gated,
+    unless ``factor`` says how much they may move.
+    """
+    if cpu and factor is None:
+        return Rule(False, 1.10, 0.0 if floor_s is None else floor_s, CPU_WHY)
     if mode in ("hot", "cold"):
         base = KERNEL_TIME_RULES[band_of(numel).name]
         return Rule(True, factor or base.ratio, base.floor_s if floor_s is None else floor_s)
@@ -197,7 +215,8 @@ class GateReport:
         lines += _table("NEW FAILURES (ok at base, failed at head; see the asv log)", self.new_failures)
         lines += _table("VANISHED (ok at base, no result at head: skipped, missing or benchmark gone)", self.vanished)
         lines += _table("ALLOWED TO VANISH (--allow-missing)", self.allowed)
-        lines += _table(f"NOT GATED ({LAUNCH_WHY})", self.not_gated, limit=10)
+        lines += _table(f"NOT GATED ({CPU_WHY if self.overrides.get('cpu') else LAUNCH_WHY})", self.not_gated,
+                        limit=10)
         lines += _table("IMPROVEMENTS (faster beyond the noise model, significant)", self.improvements, limit=10)
         lines += ["", "RESOLUTION (the smallest slowdown flagged, per mode and size band, on base's figures)"]
         lines += ["  " + line for line in _resolution_lines(self.resolution)]
@@ -215,7 +234,8 @@ class GateReport:
                           f"`{c.label}` | {c.kernel} |" for c in changes]
         if self.not_gated or self.improvements:
             lines += ["", "<details><summary>Not gated and improvements</summary>", "",
-                      f"Not gated: {LAUNCH_WHY}.", "", "| ratio | base | head | cell |", "|---:|---:|---:|---|"]
+                      f"Not gated: {CPU_WHY if self.overrides.get('cpu') else LAUNCH_WHY}.", "",
+                      "| ratio | base | head | cell |", "|---:|---:|---:|---|"]
             lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | `{c.label}` |"
                       for c in self.not_gated[:20] + self.improvements[:20]]
             lines += ["", "</details>"]
@@ -377,12 +397,14 @@ def _kernels(records: list[Record]) -> dict:
 
 @dataclass(frozen=True)
 class Options:
-    """What the command line may change in the noise model; None keeps the default."""
+    """What the command line may change in the noise model; None keeps the default.  ``cpu``: the
+    machines compared measured on the CPU (their timings are reported, not gated)."""
 
     factor: float | None = None
     floor_s: float | None = None
     gate_launch: float | None = None
     allow_missing: tuple[str, ...] = ()
+    cpu: bool = False
 
 
 def compare(base: dict[Any, Record], head: dict[Any, Record], options: Options = Options(),
@@ -410,7 +432,8 @@ def compare(base: dict[Any, Record], head: dict[Any, Record], options: Options =
                 out["regressions"].append(Change(**{**asdict(change), "params": b.params,
                                                     "threshold": PEAK_MEMORY_RATIO}))
             continue
-        rule = rule_for(mode, geometry_numel(dict(b.params)), options.factor, options.floor_s, options.gate_launch)
+        rule = rule_for(mode, geometry_numel(dict(b.params)), options.factor, options.floor_s, options.gate_launch,
+                        options.cpu)
         slower = h.value > b.value * rule.ratio and h.value - b.value > rule.floor_s
         faster = h.value < b.value / rule.ratio and b.value - h.value > rule.floor_s
         if not (slower or faster) or not is_significant(b, h):
@@ -441,7 +464,7 @@ def resolution(base: Sequence[Record], options: Options = Options()) -> list[Res
     out = []
     for mode in MODE_NAMES:
         for band in BANDS:
-            rule = rule_for(mode, band.lo, options.factor, options.floor_s, options.gate_launch)
+            rule = rule_for(mode, band.lo, options.factor, options.floor_s, options.gate_launch, options.cpu)
             quickest = fastest.get((mode, band.name), math.nan)
             detect = max(rule.ratio, 1 + rule.floor_s / quickest) if _is_number(quickest) else rule.ratio
             out.append(Resolution(mode, band.name, rule.gated, rule.ratio, rule.floor_s, quickest, detect))
@@ -551,7 +574,11 @@ def gate(
         raise GateInputError(f"floor must be >= 0, got {floor_s}")
     bm = pick_machine(results_dir, base_machine or machine)
     hm = pick_machine(results_dir, head_machine or machine)
-    options = Options(factor, floor_s, gate_launch, tuple(allow_missing))
+    try:
+        cpu = all(str(machine_info(results_dir, m).get("gpu", "")).lower() == "none" for m in (bm, hm))
+    except ResultsError as e:
+        raise GateInputError(str(e)) from None
+    options = Options(factor, floor_s, gate_launch, tuple(allow_missing), cpu)
     try:
         base_full = resolve_commit(results_dir, base, bm)
         head_full = resolve_commit(results_dir, head, hm)

@@ -289,3 +289,16 @@ def test_markdown_and_json_reports(results):
     assert regression["params"] == {"impl": "fused", "dtype": "bfloat16", "numel": "16777216"}
     assert regression["ratio"] == pytest.approx(1.5, rel=0.02) and regression["threshold"] == 1.045
     assert {r["mode"] for r in data["resolution"]} == {"hot", "cold", "launch"}
+
+
+def test_a_cpu_machine_is_reported_not_gated_unless_a_factor_is_given(results):
+    info = results / fx.MACHINE / "machine.json"
+    data = json.loads(info.read_text())
+    data["gpu"] = "none"
+    info.write_text(json.dumps(data))
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert report.exit_code == 0 and fx.PLANTED_LABEL in labels(report.not_gated)
+    assert "a CPU machine" in report.format()
+    assert gate(results, fx.COMMIT_2, fx.COMMIT_3, factor=1.2).exit_code == 1
+    fx.edit_cell(results, fx.COMMIT_3, *COLD_EAGER, fail=True)
+    assert gate(results, fx.COMMIT_2, fx.COMMIT_3).exit_code == 1  # a failure is a failure on any machine
