@@ -335,6 +335,7 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
         return []
     value = {id(r): s for r, s in pairs}
     srows = [r for r, _ in pairs]
+    ticks = speedup_ticks(min([*value.values(), 1.0]), max([*value.values(), 1.0]))
     dtypes = dtype_order(r.dtype for r in srows)
     fig, axes = _panels(len(dtypes))
     for ax, dtype in zip(axes, dtypes):
@@ -343,8 +344,7 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
         ax.axhline(1.0, color=impl_style(BASELINE).colour, linewidth=1.0)
         _size_axis(ax, (r.numel for r in sub))
         ax.set_yscale("log", base=2)
-        values = [value[id(r)] for r in sub] + [1.0]
-        ax.yaxis.set_major_locator(FixedLocator(speedup_ticks(min(values), max(values))))
+        ax.yaxis.set_major_locator(FixedLocator(ticks))  # the panels share y: one set for all
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.grid(True, which="major", axis="y", alpha=0.3)
