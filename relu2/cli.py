@@ -263,9 +263,11 @@ def cmd_asv(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from relu2 import machine
+    from relu2 import machine, registry
     from relu2.explain import explain, format_explanation
 
+    if args.impl not in registry.names():
+        return _fail("inspect", f"unknown implementation {args.impl!r}; known: {', '.join(registry.names())}")
     device = machine.resolve_device(args.device)
     print(format_explanation(explain(args.impl, args.dtype, args.shape, device), show_source=not args.no_source))
     return 0

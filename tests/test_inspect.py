@@ -59,6 +59,8 @@ def test_inspect_command_line(capsys):
     with pytest.raises(SystemExit):
         cli.main(["inspect", "eager", "--shape", "0x5"])
     assert "every dimension must be >= 1" in capsys.readouterr().err
+    assert cli.main(["inspect", "nope", "--shape", "4"]) == 2
+    assert "unknown implementation 'nope'" in capsys.readouterr().err
 
 
 @requires_cuda
