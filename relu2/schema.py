@@ -336,10 +336,10 @@ def format_seconds(s: float) -> str:
 
 
 def format_bytes(n: float) -> str:
-    """Bytes as B, KiB, MiB or GiB, three significant digits."""
+    """Bytes as B, KiB, MiB, GiB or TiB, three significant digits."""
     if _nan_if_missing(n):
         return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(n) >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n:.0f} B"
