@@ -22,7 +22,7 @@ def main(path: str, commit: str, mode: str = "hot") -> None:
     rows = [r for r in read_csv(path) if r.commit.startswith(commit) and r.mode == mode and r.status == "ok"
             and r.dtype == "bfloat16"]
     by = {(r.shape, r.impl): r.median_s for r in rows}
-    print(f"| width | tokens | copy | eager | fused | compile_dynamic (vLLM) | compile_dim0 |")
+    print("| width | tokens | copy | eager | fused | compile_dynamic (vLLM) | compile_dim0 |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for width, model in NEMOTRON_WIDTHS.items():
         for tokens in NEMOTRON_TOKENS:

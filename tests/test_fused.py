@@ -8,7 +8,6 @@ kernel beside it: tensors past 2^31 elements, misaligned views, CUDA graph captu
 from __future__ import annotations
 
 import csv
-import importlib
 import os
 import shutil
 import subprocess

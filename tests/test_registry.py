@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import relu2
-import importlib
 
 # The module, not the function of the same name that relu2 exports.
 from relu2 import registry  # noqa: E402

@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from relu2 import sweep
 from relu2.reference import relu_squared_reference
 from relu2.results import read_csv, write_csv
 from relu2.schema import COLUMN_NAMES as COLUMNS
