@@ -64,6 +64,7 @@ from relu2.schema import (
     PEAK_MEMORY_ASV_VERSION,
     SUITE_IMPLS,
     VLLM_HIDDEN,
+    VLLM_DTYPE,
     VLLM_IMPLS,
     VLLM_TOKENS,
     WARMUP_IMPLS,
@@ -303,7 +304,7 @@ class VllmShapes(_WithoutMemory):
     """vLLM's own relu² benchmark grid (x = randn(batch * seq, d)) for the paths vLLM can run, in bf16
     (vLLM's default dtype; fp16 and fp32 with ``relu2 sweep --vllm-shapes``)."""
 
-    dtype = NEMOTRON_DTYPE
+    dtype = VLLM_DTYPE
     params = [_impls(VLLM_IMPLS), _pick(VLLM_TOKENS, [16]), _pick(VLLM_HIDDEN, [3072])]
 
 
@@ -344,9 +345,13 @@ def _summary(impl: str):
 
         medians = []
         for cell in Grid.cells():
-            entry = cache["cells"].get(_key(cell))
-            if cell.impl == impl and cell.numel >= SUMMARY_FROM_NUMEL and entry and entry["modes"]["hot"]["samples"]:
-                medians.append(statistics.median(entry["modes"]["hot"]["samples"]))
+            if cell.impl != impl or cell.numel < SUMMARY_FROM_NUMEL or _key(cell) not in cache["cells"]:
+                continue
+            hot = cache["cells"][_key(cell)]["modes"]["hot"]
+            if hot["status"] == "failed":  # a mean without it would move with no change in speed
+                raise RuntimeError(f"relu2: {impl} {cell.describe()} hot failed: {hot['reason']}")
+            if hot["samples"]:
+                medians.append(statistics.median(hot["samples"]))
         if not medians:
             raise _skip_one(f"no hot figure of {impl} at {SUMMARY_FROM_NUMEL} elements or more here")
         return math.exp(sum(math.log(m) for m in medians) / len(medians))

@@ -17,7 +17,7 @@ _EXPORTS = {
     "AgreementError": "relu2.agreement",
     "check_agreement": "relu2.agreement",
     "compare_bitwise": "relu2.agreement",
-    "CompileFallbackError": "relu2.registry",
+    "CompileFallbackError": "relu2.compiled",
     "Implementation": "relu2.registry",
     "get": "relu2.registry",
     "implementations": "relu2.registry",

@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from relu2.results import atomic_write_text
@@ -89,7 +90,6 @@ def torch_site() -> str:
 def check_prerequisites(argv: Sequence[str]) -> None:
     """UsageError naming the first missing prerequisite of ``asv run``/``continuous`` (see module doc)."""
     import importlib.util
-    import json as _json
 
     from relu2.machine import UsageError, repo_of
 
@@ -98,7 +98,7 @@ def check_prerequisites(argv: Sequence[str]) -> None:
         raise UsageError(f"{config} not found: run relu2 asv from the repository root (or pass --config)")
     torch_site()
     try:
-        conf = _json.loads(open(config, encoding="utf-8").read())
+        conf = json.loads(Path(config).read_text(encoding="utf-8"))
     except ValueError as e:
         raise UsageError(f"{config}: not JSON: {e}") from None
     same = any(a in ("--python=same", "-E", "--environment") or a.startswith(("--environment=", "-Eexisting"))
@@ -119,7 +119,7 @@ def record_machine(name: str | None, path: str | None = None) -> str:
 
     path = path or MachineCollection.get_machine_file_path()
     name = name or Machine.get_unique_machine_name()
-    data = json.loads(open(path, encoding="utf-8").read()) if os.path.isfile(path) else {}
+    data = json.loads(Path(path).read_text(encoding="utf-8")) if os.path.isfile(path) else {}
     entry = data.get(name) or {**Machine.get_defaults(), "machine": name}
     entry.update(machine_info())
     data[name] = entry

@@ -142,7 +142,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     device = machine.resolve_device(args.device)
     known = sweep.registered_names()
-    names = list(args.impl or [n for n in known if n not in schema.WARMUP_VARIANTS])
+    names = list(args.impl or [n for n in known if n in schema.DEFAULT_IMPLS or n not in schema.BUILTIN_IMPLS])
     unknown = [n for n in names if n not in known]
     if unknown:
         return _fail("sweep", f"unknown implementation(s): {', '.join(unknown)}; known: {', '.join(known)}")
@@ -245,7 +245,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor,
                        base_machine=args.base_machine, head_machine=args.head_machine,
                        floor_s=None if args.floor_us is None else args.floor_us * 1e-6,
-                       gate_launch=args.gate_launch, allow_missing=args.allow_missing)
+                       gate_launch=args.gate_launch, allow_missing=args.allow_missing, with_spread=args.spread)
     print(report.render(args.format))
     if args.spread:
         print("\nSPREAD (head/base per implementation and mode, over the cells ok in both)")

@@ -192,7 +192,7 @@ class Compiled:
     def prepare(self, dtype: torch.dtype, shape: tuple[int, ...], device: str) -> None:
         """Call the path once at its warm-up shape for this (dtype, trailing dims), if not done yet."""
         first = self.warmup_shape(shape)
-        key = (dtype, first)
+        key = (device, dtype, first)
         if first is None or key in self._warmed:
             return
         x = torch.randn(first, device=device).to(dtype)

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from relu2.asv_results import (
+    DEFAULT_DTYPE,
     Record,
     ResultsError,
     commit_dates,
@@ -38,7 +39,7 @@ from relu2.asv_results import (
     machines,
     resolve_commit,
 )
-from relu2.schema import MODE_NAMES, geometry_numel, kernel_hex
+from relu2.schema import MODE_NAMES, geometry_numel, kernel_hex, quantile
 
 
 class GateInputError(ResultsError):
@@ -129,7 +130,6 @@ class Change:
     unit: str
     base: float | None  # None: failed; NaN: skipped
     head: float | None
-    significant: bool = True
     threshold: float = float("nan")
     kernel: str = ""  # "3f2a9c1b0e4d -> 77c0a1e2f9b3" when the generated kernel changed, "same" when not
 
@@ -182,6 +182,7 @@ class GateReport:
     spread: list[Spread] = field(default_factory=list)
     base_date: str = ""
     head_date: str = ""
+    cpu: bool = False  # both machines measured on the CPU: timings reported, not gated (without --factor)
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -215,8 +216,7 @@ class GateReport:
         lines += _table("NEW FAILURES (ok at base, failed at head; see the asv log)", self.new_failures)
         lines += _table("VANISHED (ok at base, no result at head: skipped, missing or benchmark gone)", self.vanished)
         lines += _table("ALLOWED TO VANISH (--allow-missing)", self.allowed)
-        lines += _table(f"NOT GATED ({CPU_WHY if self.overrides.get('cpu') else LAUNCH_WHY})", self.not_gated,
-                        limit=10)
+        lines += _table(f"NOT GATED ({self._not_gated_why()})", self.not_gated, limit=10)
         lines += _table("IMPROVEMENTS (faster beyond the noise model, significant)", self.improvements, limit=10)
         lines += ["", "RESOLUTION (the smallest slowdown flagged, per mode and size band, on base's figures)"]
         lines += ["  " + line for line in _resolution_lines(self.resolution)]
@@ -234,7 +234,7 @@ class GateReport:
                           f"`{c.label}` | {c.kernel} |" for c in changes]
         if self.not_gated or self.improvements:
             lines += ["", "<details><summary>Not gated and improvements</summary>", "",
-                      f"Not gated: {CPU_WHY if self.overrides.get('cpu') else LAUNCH_WHY}.", "",
+                      f"Not gated: {self._not_gated_why()}.", "",
                       "| ratio | base | head | cell |", "|---:|---:|---:|---|"]
             lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | `{c.label}` |"
                       for c in self.not_gated[:20] + self.improvements[:20]]
@@ -262,8 +262,12 @@ class GateReport:
             "improvements": [c.as_json() for c in self.improvements],
             "resolution": [asdict(r) for r in self.resolution],
             "spread": [asdict(s) for s in self.spread],
+            "cpu": self.cpu,
             "overrides": self.overrides,
         }
+
+    def _not_gated_why(self) -> str:
+        return CPU_WHY if self.cpu and "factor" not in self.overrides else LAUNCH_WHY
 
     def render(self, fmt: str) -> str:
         if fmt == "json":
@@ -490,15 +494,13 @@ def spread(base: dict[Any, Record], head: dict[Any, Record]) -> list[Spread]:
     Run on two measurements of one commit (two boxes, ``--base-machine``/``--head-machine``) it is
     the A/A data a noise model is set from.  A cell measured once but listed by several suites counts once.
     """
-    from relu2.timing import quantile
-
     ratios: dict[tuple[str, str], dict[tuple, float]] = {}
     for key, b in base.items():
         h, mode = head.get(key), _mode(b)
         if mode is None or h is None or b.status != "ok" or h.status != "ok" or not b.value:
             continue
         params = dict(b.params)
-        cell = (params.get("dtype", "bfloat16"), geometry_numel(params), params.get("tokens"), b.value)
+        cell = (params.get("dtype", DEFAULT_DTYPE), geometry_numel(params), params.get("tokens"), b.value)
         ratios.setdefault((params["impl"], mode), {})[cell] = h.value / b.value
     out = []
     for (impl, mode), cells in ratios.items():
@@ -556,7 +558,7 @@ def pick_machine(results_dir: str | os.PathLike, machine: str | None) -> str:
 def gate(
     results_dir: str | os.PathLike, base: str, head: str, machine: str | None = None, factor: float | None = None,
     *, base_machine: str | None = None, head_machine: str | None = None, floor_s: float | None = None,
-    gate_launch: float | None = None, allow_missing: Sequence[str] = (),
+    gate_launch: float | None = None, allow_missing: Sequence[str] = (), with_spread: bool = False,
 ) -> GateReport:
     """Compare ``head`` against ``base`` (any git ref, hash or unique prefix) in a results folder.
 
@@ -594,6 +596,7 @@ def gate(
     return GateReport(
         base_machine=bm, head_machine=hm, base=base_full, head=head_full, compared=len(base_by_key),
         base_date=iso_date(base_dates.get(base_full))[:10], head_date=iso_date(head_dates.get(head_full))[:10],
-        resolution=resolution(list(base_by_key.values()), options), spread=spread(base_by_key, head_by_key),
-        overrides={k: v for k, v in asdict(options).items() if v not in (None, ())}, **found,
+        resolution=resolution(list(base_by_key.values()), options),
+        spread=spread(base_by_key, head_by_key) if with_spread else [], cpu=options.cpu,
+        overrides={k: v for k, v in asdict(options).items() if k != "cpu" and v not in (None, ())}, **found,
     )

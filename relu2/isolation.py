@@ -2,8 +2,8 @@
 
 A ``WorkerPool`` spawns one worker per implementation (``multiprocessing``'s spawn method: a fresh
 interpreter with its own CUDA context, never a fork of a process that touched CUDA).  All workers
-start together and report ready (torch imported, implementation resolved and built, warmed up)
-before the first cell is timed, so no start-up work runs beside a timing.  Then the sweep sends one
+start together and report ready (torch imported, implementation resolved and built) before the
+first cell is timed, so no start-up work runs beside a timing.  Then the sweep sends one
 cell at a time to the worker of its implementation and waits for the answer:
 
 * a worker that dies (segfault, abort, ``os._exit``) or whose CUDA context is broken after a cell
@@ -65,7 +65,7 @@ def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
 
 @dataclass(frozen=True)
 class Ready:
-    """What a worker reports once its implementation is resolved (and built, and warmed up)."""
+    """What a worker reports once its implementation is resolved (and built)."""
 
     available: bool
     broken: bool
@@ -191,7 +191,11 @@ class WorkerPool:
         self.timeout_s = timeout_s
         self.workers: dict[str, _Worker] = {}
         self._context = multiprocessing.get_context("spawn")
-        self._start(list(dict.fromkeys(names)), max(startup_timeout_s, timeout_s))
+        try:
+            self._start(list(dict.fromkeys(names)), max(startup_timeout_s, timeout_s))
+        except BaseException:  # Ctrl-C while they start: no worker and no private cache outlives the pool
+            self.close()
+            raise
 
     def __enter__(self) -> "WorkerPool":
         return self
@@ -267,8 +271,8 @@ class WorkerPool:
         worker = self.workers.get(cell.impl)
         if worker is None:
             raise KeyError(f"no worker for {cell.impl!r}; the pool was started for {', '.join(self.workers)}")
-        if worker.ready is not None and not worker.ready.available and not worker.ready.broken:
-            return all_modes(cell, modes, "skipped", worker.ready.reason)
+        if worker.ready is not None and not worker.ready.available:  # absent here, or broken (its build failed)
+            return all_modes(cell, modes, "failed" if worker.ready.broken else "skipped", worker.ready.reason)
         if worker.dead:
             return all_modes(cell, modes, "failed", f"not measured: {worker.dead}")
         try:

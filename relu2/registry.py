@@ -1,7 +1,7 @@
 """The one registry of relu² implementations: built-ins, user registrations and entry points.
 
-Built-ins are registered as factories and resolved on the first call of ``implementations()``,
-so ``import relu2`` stays cheap and never builds anything.  An implementation that cannot run
+Built-ins are registered as factories and resolved on first use (``get(name)`` resolves that one,
+``implementations()`` all), so ``import relu2`` stays cheap and never builds anything.  An implementation that cannot run
 here is still listed, with ``available=False`` and the reason.
 """
 
@@ -14,7 +14,6 @@ from typing import Callable, Mapping
 
 import torch
 
-from relu2.compiled import CompileFallbackError  # noqa: F401  (public: relu2.CompileFallbackError)
 from relu2.reference import relu_squared_reference
 from relu2.schema import ROOFLINE
 

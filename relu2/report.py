@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from relu2.schema import BASELINE, COLUMNS, FLAG_DOCS, format_seconds
+from relu2.schema import BASELINE, COLUMNS, FLAG_DOCS
 
 if TYPE_CHECKING:
     from relu2.agreement import Matrix
     from relu2.results import Row
 
-__all__ = ["format_matrix", "format_seconds", "format_table", "speedups"]
+__all__ = ["format_matrix", "format_table", "speedups"]
 
 _KEY_WIDTHS = (("impl", 22), ("dtype", 10), ("shape", 14), ("mode", 8))
 _SHOWN = tuple(c for c in COLUMNS if c.header and c.name != "flags")

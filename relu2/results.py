@@ -51,12 +51,6 @@ def make_row(
     return Row(**values)
 
 
-def copy_medians(rows: Iterable[Row]) -> dict[tuple, float]:
-    """(machine, commit, dtype, shape, mode) -> the roofline's median, from the ok copy rows."""
-    return {(r.machine, r.commit, r.dtype, r.shape, r.mode): r.median_s
-            for r in rows if r.impl == ROOFLINE and r.status == "ok"}
-
-
 def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
     """Write ``text`` (or bytes) to ``path`` through a temporary file and a rename, so a crash never
     leaves half a file.  The file gets the mode a plain open() would give it; errors name ``path``,

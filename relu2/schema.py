@@ -74,6 +74,17 @@ def check_modes(names: Iterable[str]) -> tuple[str, ...]:
     return names
 
 
+def quantile(samples: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``samples`` by linear interpolation between order statistics (numpy's default)."""
+    if not samples:
+        raise ValueError("quantile of no samples")
+    ordered = sorted(samples)
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
 # --- the grid -------------------------------------------------------------------------------------
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
@@ -94,6 +105,7 @@ VLLM_BATCH: tuple[int, ...] = (1, 16, 128)
 VLLM_SEQ: tuple[int, ...] = (1, 16, 64, 1024)
 VLLM_HIDDEN: tuple[int, ...] = (3072, 9728, 12288)
 VLLM_TOKENS: tuple[int, ...] = tuple(sorted({b * s for b in VLLM_BATCH for s in VLLM_SEQ}))
+VLLM_DTYPE = "bfloat16"  # the benchmark's default
 # relu² widths of NVIDIA's Nemotron models (the MLP intermediate size; the shared experts' for MoE).
 NEMOTRON_WIDTHS: Mapping[int, str] = {
     3712: "Nemotron-3-Nano shared expert",
@@ -425,7 +437,6 @@ def kernel_id(fingerprint: str) -> int:
 def kernel_hex(number: float) -> str:
     """The number asv stored back to the fingerprint's first 12 hex digits."""
     return f"{int(number):0{KERNEL_ID_DIGITS}x}"
-STATUSES = ("ok", "failed", "skipped")
 
 
 def derive(values: dict[str, Any]) -> dict[str, Any]:

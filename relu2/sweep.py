@@ -7,8 +7,9 @@ is recorded "skipped"; any other error fails that cell only and the sweep goes o
 reference is timed for every (dtype, shape) first, so every figure gets the fraction of the copy
 roofline measured in the same run and mode.
 
-Cells are measured by a ``Measurer``: by default a worker process per implementation
-(``relu2.isolation``), so a kernel that crashes or hangs costs only its own cells.
+Cells are measured by a ``Measurer``: ``relu2 sweep`` and the asv suites use a worker process per
+implementation (``sweep.measurer``, ``relu2.isolation``), so a kernel that crashes or hangs costs only
+its own cells; called without one, these functions measure in this process.
 
 ``run_resumable`` measures one input (dtype, shape) at a time and checkpoints the rows after each,
 so an interrupted sweep loses at most the input it was on and a re-run picks up from there.

@@ -31,7 +31,8 @@ from typing import Callable, Sequence
 import torch
 
 from relu2.inputs import dtype_name
-from relu2.schema import MODE_NAMES, bytes_moved, mode as _mode
+from relu2.schema import MODE_NAMES, bytes_moved, quantile
+from relu2.schema import mode as _mode
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -67,17 +68,6 @@ class Budget:
 DEFAULT_BUDGET = Budget()
 # For tests and smoke runs: a figure in a few milliseconds, numbers only roughly right.
 QUICK_BUDGET = Budget(samples=3, sample_ms=0.5, max_calls=64)
-
-
-def quantile(samples: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``samples`` by linear interpolation between order statistics (numpy's default)."""
-    if not samples:
-        raise ValueError("quantile of no samples")
-    ordered = sorted(samples)
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
@@ -394,7 +384,7 @@ def copy_bandwidth(device: str | torch.device = "cuda", numel: int | None = None
     """
     from relu2.registry import copy_bytes
     from relu2.inputs import dtype_of, random_input
-    from relu2.schema import bytes_moved, default_sizes, grid_shape
+    from relu2.schema import default_sizes, grid_shape
 
     kind = torch.device(device).type
     numel = numel or max(default_sizes("cuda" if kind == "cuda" else "cpu"))

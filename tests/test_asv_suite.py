@@ -258,13 +258,16 @@ def test_implementation_summary_is_the_geometric_mean_of_its_large_hot_cells(ben
     cells = {}
     for cell in bench.Grid.cells():
         hot = [2e-6, 4e-6, 3e-6] if cell.impl == "eager" else []
-        cells[bench._key(cell)] = {"status": "ok", "modes": {"hot": {"samples": hot}}}
+        cells[bench._key(cell)] = {"status": "ok", "modes": {"hot": {"status": "ok", "samples": hot}}}
     summary = bench.Implementations()
     with pytest.raises(SkipNotImplemented):  # the quick grid stops below 2^20 elements
         summary.track_eager({"device": "cpu", "cells": cells})
     big = bench.Grid.cell("eager", "float32", 2**20)
     bigger = bench.Grid.cell("eager", "float32", 2**22)
-    cells[bench._key(big)] = {"status": "ok", "modes": {"hot": {"samples": [1e-6, 1e-6, 1e-6]}}}
-    cells[bench._key(bigger)] = {"status": "ok", "modes": {"hot": {"samples": [4e-6, 4e-6, 9e-6]}}}
+    cells[bench._key(big)] = {"status": "ok", "modes": {"hot": {"status": "ok", "samples": [1e-6, 1e-6, 1e-6]}}}
+    cells[bench._key(bigger)] = {"status": "ok", "modes": {"hot": {"status": "ok", "samples": [4e-6, 4e-6, 9e-6]}}}
     bench.Grid.cells = classmethod(lambda cls: [big, bigger])  # reload() in the fixture restores it
     assert summary.track_eager({"device": "cpu", "cells": cells}) == pytest.approx(2e-6)
+    cells[bench._key(bigger)]["modes"]["hot"] = {"status": "failed", "reason": "boom", "samples": []}
+    with pytest.raises(RuntimeError, match="boom"):  # never a mean that moved because a cell dropped out
+        summary.track_eager({"device": "cpu", "cells": cells})

@@ -233,7 +233,7 @@ def test_an_aa_pair_with_realistic_spread_passes(results):
 
     timing = lambda n, p: not n.endswith("peak_memory")  # bytes are deterministic: the same on box b
     assert _scale_cells(results, "box-b", fx.COMMIT_3, timing, spread) > 100
-    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine="box-b")
+    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine="box-b", with_spread=True)
     assert report.exit_code == 0, report.format()
     assert report.regressions == [] and report.vanished == [] and report.not_gated
     assert (report.base_machine, report.head_machine) == (fx.MACHINE, "box-b")
@@ -284,7 +284,7 @@ def test_markdown_and_json_reports(results):
     data = json.loads(report.render("json"))
     assert data["verdict"] == "fail" and data["exit_code"] == 1
     assert set(data) == {"verdict", "exit_code", "base", "head", "compared", "regressions", "new_failures",
-                         "vanished", "allowed_to_vanish", "not_gated", "improvements", "resolution", "spread", "overrides"}
+                         "vanished", "allowed_to_vanish", "not_gated", "improvements", "resolution", "spread", "cpu", "overrides"}
     (regression,) = data["regressions"]
     assert regression["params"] == {"impl": "fused", "dtype": "bfloat16", "numel": "16777216"}
     assert regression["ratio"] == pytest.approx(1.5, rel=0.02) and regression["threshold"] == 1.045
@@ -299,6 +299,7 @@ def test_a_cpu_machine_is_reported_not_gated_unless_a_factor_is_given(results):
     report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
     assert report.exit_code == 0 and fx.PLANTED_LABEL in labels(report.not_gated)
     assert "a CPU machine" in report.format()
-    assert gate(results, fx.COMMIT_2, fx.COMMIT_3, factor=1.2).exit_code == 1
+    factored = gate(results, fx.COMMIT_2, fx.COMMIT_3, factor=1.2)
+    assert factored.exit_code == 1 and "a CPU machine" not in factored.format()  # then hot/cold are gated
     fx.edit_cell(results, fx.COMMIT_3, *COLD_EAGER, fail=True)
     assert gate(results, fx.COMMIT_2, fx.COMMIT_3).exit_code == 1  # a failure is a failure on any machine

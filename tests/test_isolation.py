@@ -117,3 +117,10 @@ def test_gpu_out_of_bounds_store_costs_only_its_own_cells(tmp_path):
     first = rows[("oob_triton", str(2**20))]
     assert first["status"] == "failed" and "illegal memory access" in first["reason"]
     assert rows[("oob_triton", str(2**24))]["reason"].startswith("not measured: ")
+
+
+def test_a_worker_that_cannot_set_up_says_why():
+    with WorkerPool(["no_such_impl"], "cpu") as pool:
+        (cell,) = grid_cells(["no_such_impl"], ["float32"], [64])
+        result = pool.measure(cell, ["hot"], "cpu", None)
+    assert result.status == "failed" and "could not set up 'no_such_impl'" in result.reason
