@@ -53,6 +53,7 @@ from relu2.schema import (
     CPU_MAX_NUMEL,
     DEFAULT_SIZES,
     DTYPES,
+    ENTRY_POINT_GROUP,
     KERNEL_ASV_VERSION,
     MODEL_DTYPE,
     MODEL_HIDDEN,
@@ -74,7 +75,6 @@ from relu2.schema import (
     kernel_id,
 )
 
-ENTRY_POINT_GROUP = "relu2.implementations"
 
 
 def _quick() -> bool:

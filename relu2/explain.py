@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from relu2.schema import format_shape
+
 # ld.global.v4.b32, st.global.b16, ld.global.nc.L1::evict_last.v2.u32 ...
 _PTX_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)+)")
 # LDG.E.128, STG.E.U16, LDG.E.64.CONSTANT, LDG.E (32-bit) ...
@@ -155,7 +157,7 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
     warmup = ""
     if isinstance(impl.fn, Compiled):
         first = impl.fn.warmup_shape(shape)
-        warmup = "x".join(map(str, first)) if first else ""
+        warmup = format_shape(first) if first else ""
     if impl.prepare is not None:
         impl.prepare(torch_dtype, shape, device)
     x = random_input(math.prod(shape), torch_dtype, device).view(shape)
@@ -284,7 +286,7 @@ def _fused(device: str) -> Kernel:
 
 def format_explanation(e: Explanation, show_source: bool = True) -> str:
     """``relu2 inspect``'s output."""
-    shape = "x".join(map(str, e.shape))
+    shape = format_shape(e.shape)
     lines = [f"{e.impl} on {e.dtype} {shape} ({e.device})", f"  how:         {e.description}"]
     if e.warmup:
         lines.append(f"  warm-up:     first called at {e.warmup} (then this shape)")

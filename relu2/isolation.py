@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from relu2.schema import Cell
+from relu2.schema import Cell, why_not
 
 if TYPE_CHECKING:
     from relu2.measure import CellResult
@@ -73,9 +73,7 @@ class Ready:
     devices: tuple[str, ...]
 
     def why_not(self, device: str) -> str:
-        if not self.available:
-            return self.reason
-        return "" if device in self.devices else f"runs on {', '.join(self.devices)} only, not {device}"
+        return why_not(self.available, self.reason, self.devices, device)
 
 
 # --- the worker's side ----------------------------------------------------------------------------

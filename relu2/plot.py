@@ -27,7 +27,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from relu2.results import Row, atomic_write_text  # noqa: E402
-from relu2.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape  # noqa: E402
+from relu2.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape, parse_shape  # noqa: E402
 from relu2.schema import mode as mode_of  # noqa: E402
 
 DPI = 150
@@ -406,7 +406,7 @@ def plot_tokens(rows: Sequence[Row], out_dir: str | os.PathLike, mode: str = "ho
     rows = [r for r in token_rows(ok_rows(rows)) if r.mode == mode and r.dtype == dtype]
     by_width: dict[int, list[Row]] = defaultdict(list)
     for r in rows:
-        by_width[int(r.shape.split("x")[1])].append(r)
+        by_width[parse_shape(r.shape)[1]].append(r)
     widths = sorted(w for w, sub in by_width.items() if len({x.shape for x in sub}) >= 2)
     if not widths:
         return []
@@ -417,7 +417,7 @@ def plot_tokens(rows: Sequence[Row], out_dir: str | os.PathLike, mode: str = "ho
     for ax, width in zip(flat, widths):
         sub = by_width[width]
         for impl in impl_order(r.impl for r in sub):
-            pts = sorted({int(r.shape.split("x")[0]): r.median_s * 1e6 for r in sub if r.impl == impl}.items())
+            pts = sorted({parse_shape(r.shape)[0]: r.median_s * 1e6 for r in sub if r.impl == impl}.items())
             style = impl_style(impl)
             ax.plot([t for t, _ in pts], [v for _, v in pts], color=style.colour, marker=style.marker,
                     markersize=4, linewidth=1.4, linestyle=mode_of(mode).linestyle)

@@ -15,9 +15,8 @@ from typing import Callable, Mapping
 import torch
 
 from relu2.reference import relu_squared_reference
-from relu2.schema import ROOFLINE
+from relu2.schema import ENTRY_POINT_GROUP, ROOFLINE, why_not
 
-ENTRY_POINT_GROUP = "relu2.implementations"
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -54,10 +53,7 @@ class Implementation:
 
     def why_not(self, device: str | torch.device) -> str:
         """The reason ``supports(device)`` is False, or "" when it is True."""
-        if not self.available:
-            return self.reason
-        kind = torch.device(device).type
-        return "" if kind in self.devices else f"runs on {', '.join(self.devices)} only, not {kind}"
+        return why_not(self.available, self.reason, self.devices, torch.device(device).type)
 
 
 class _Refuse:

@@ -248,6 +248,14 @@ def model_cells(impls: Iterable[str], tokens: Iterable[int] = MODEL_TOKENS, hidd
 # --- implementations ------------------------------------------------------------------------------
 
 BASELINE = "eager"  # speed-ups are over this one; it is also the definition of correct
+ENTRY_POINT_GROUP = "relu2.implementations"  # where other packages register implementations
+
+
+def why_not(available: bool, reason: str, devices: Sequence[str], device_kind: str) -> str:
+    """Why an implementation cannot run on a device kind ("cpu", "cuda"), or "" when it can."""
+    if not available:
+        return reason
+    return "" if device_kind in devices else f"runs on {', '.join(devices)} only, not {device_kind}"
 ROOFLINE = "copy"  # every figure's roofline_fraction is measured against this one
 
 
