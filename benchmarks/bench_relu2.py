@@ -45,15 +45,23 @@ no peak memory: the Grid and ModelShapes suites keep that history).
 import itertools
 import os
 import sys
-from importlib import metadata
 
-# The vocabulary comes from the package (relu2.schema imports neither torch nor the rest of relu2).
-from relu2.schema import (
+# The instrument: ``relu2 asv run`` copies the relu2 package it runs from into a folder of its own and
+# names it here, so every commit is measured with one ruler and the commit's own installed relu2 is
+# never imported; only its implementations (entry points of ``relu2.interface``) are.  The worker
+# processes inherit sys.path.  Without it (plain asv, --python=same) the importable relu2 measures.
+_INSTRUMENT = os.environ.get("RELU2_INSTRUMENT", "")
+if _INSTRUMENT and sys.path[:1] != [_INSTRUMENT]:
+    sys.path.insert(0, _INSTRUMENT)
+
+# The vocabulary comes from the instrument (relu2.schema and relu2.interface import neither torch nor
+# the rest of relu2).
+from relu2.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION, declares_interface, entry_points  # noqa: E402
+from relu2.schema import (  # noqa: E402
     BUILTIN_IMPLS,
     CPU_MAX_NUMEL,
     DEFAULT_SIZES,
     DTYPES,
-    ENTRY_POINT_GROUP,
     KERNEL_ASV_VERSION,
     MODEL_DTYPE,
     MODEL_HIDDEN,
@@ -76,7 +84,6 @@ from relu2.schema import (
 )
 
 
-
 def _quick() -> bool:
     return os.environ.get("RELU2_BENCH_QUICK", "").strip().lower() in ("1", "true", "yes")
 
@@ -88,7 +95,7 @@ def _impls(default: tuple) -> list:
         return [name.strip() for name in chosen.split(",") if name.strip()]
     if _quick():
         return ["eager", "copy"]
-    extra = sorted({ep.name for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)} - set(BUILTIN_IMPLS))
+    extra = sorted({ep.name for ep in entry_points()} - set(BUILTIN_IMPLS))
     return list(default) + extra
 
 
@@ -103,15 +110,36 @@ def setup_cache():
     "reason", "peak_bytes", "kernel", "modes": {mode: {"status", "reason", "samples"}}}``.  Cells not
     measured here (above the CPU cap) are absent.
     """
-    import time
-
     import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    unmeasurable = _predates_interface()
+    if unmeasurable:
+        _report(unmeasurable)
+        return {"device": device, "cells": {}, "skipped": unmeasurable}
+    try:
+        return _measure_all(device)
+    except BaseException as e:
+        _report(f"the suites' setup raised {type(e).__name__}: {e}")
+        raise
+
+
+def _report(reason: str) -> None:
+    """Why this commit has no figures: to stderr, and to ``relu2 asv run`` (which prints it without -v)."""
+    print(f"relu2: {reason}", file=sys.stderr)
+    log = os.environ.get("RELU2_ASV_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{os.environ.get('ASV_COMMIT', '')}\t{' '.join(reason.split())}\n")
+
+
+def _measure_all(device: str) -> dict:
+    import time
 
     from relu2 import sweep
     from relu2.isolation import timeout_from_env
     from relu2.timing import DEFAULT_BUDGET, QUICK_BUDGET
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     budget = QUICK_BUDGET if _quick() else DEFAULT_BUDGET
     # Suite by suite, each cell once (suites share cells), the suites with history first.
     plan, seen = [], set()
@@ -131,6 +159,17 @@ def setup_cache():
             print(f"relu2: {name}: {len(cells)} cells in {time.perf_counter() - began:.0f} s", file=sys.stderr)
     print(f"relu2: measured {len(measured)} cells on {device} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
     return {"device": device, "cells": measured}
+
+
+def _predates_interface() -> str:
+    """Why this commit cannot be measured by this instrument ("" when it can): under ``relu2 asv run``
+    the package under test (``$RELU2_MEASURED``) must declare implementations through interface 1."""
+    measured = os.environ.get(ENV_MEASURED, "")
+    if not measured or declares_interface(measured):
+        return ""
+    commit = os.environ.get("ASV_COMMIT", "")[:8] or "this commit"
+    return (f"{measured} at {commit} predates the implementations interface {INTERFACE_VERSION}: it declares no "
+            f"entry points in the group {ENTRY_POINT_GROUP}, so this instrument cannot find what to measure")
 
 
 def _selected() -> list:
@@ -200,6 +239,8 @@ class _Suite:
         return [cls.cell(*combo) for combo in itertools.product(*cls.params)]
 
     def _lookup(self, cache, params) -> dict:
+        if cache.get("skipped"):
+            raise _skip(cache["skipped"])
         entry = cache["cells"].get(_key(self.cell(*params)))
         if entry is None:
             raise _skip(f"not measured on {cache['device']}: inputs above {CPU_MAX_NUMEL} elements are measured "
@@ -343,6 +384,8 @@ def _summary(impl: str):
         import math
         import statistics
 
+        if cache.get("skipped"):
+            raise _skip_one(cache["skipped"])
         medians = []
         for cell in Grid.cells():
             if cell.impl != impl or cell.numel < SUMMARY_FROM_NUMEL or _key(cell) not in cache["cells"]:

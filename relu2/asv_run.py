@@ -1,7 +1,21 @@
-"""``relu2 asv ARGS...``: asv's own command line, with its JSON files written atomically, ready to run.
+"""``relu2 asv ARGS...``: asv's own command line, measuring with one instrument, ready to run.
 
-Before ``run`` and ``continuous`` it does what a new user would otherwise trip over, and refuses with
-one line (exit 2) before building anything when a prerequisite is missing:
+**One instrument for every commit.**  asv builds and installs each commit's package; here only the
+implementations come from it (entry points of ``relu2.interface``, found in the distribution the
+config's ``project`` names).  The instrument (timers, contract, isolation, suites' vocabulary) is the
+``relu2`` package this command runs from, copied into a folder of its own for the length of the run
+(``RELU2_INSTRUMENT``; the suites put it first on ``sys.path``), so every commit in a range is measured
+by the same ruler, and an edit to the checkout during a long run changes nothing.
+
+**Every commit measured, or the reason recorded.**  Before asv starts, the commits asv would
+measure are listed and each one's ``pyproject.toml`` is read from git: a commit that declares no entry
+point of the interface predates it, and is left out, with the reason written to
+``<results>/<machine>/unmeasured.tsv`` and printed (with a count).  After asv, a result file it
+wrote in which no cell has a figure is removed (``--skip-existing-commits`` would otherwise skip that
+commit for good), with the reason the suite gave; the command then exits 1.
+
+Before ``run`` and ``continuous`` it also does what a new user would otherwise trip over, and refuses
+with one line (exit 2) before building anything when a prerequisite is missing:
 
 * the machine: asv's machine file (``~/.asv-machine.json``) gets an entry for ``--machine`` (or
   the hostname) with asv's defaults if it has none, and every run refreshes its gpu, driver, cuda,
@@ -30,11 +44,18 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from relu2.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION
 from relu2.results import atomic_write_text
 
 
@@ -128,11 +149,18 @@ def record_machine(name: str | None, path: str | None = None) -> str:
     return name
 
 
-def prepare(argv: Sequence[str]) -> None:
-    """What ``run`` and ``continuous`` need before asv starts: prerequisites, the machine, torch's site."""
+ENV_INSTRUMENT = "RELU2_INSTRUMENT"  # the folder holding the instrument's copy (benchmarks/ reads it)
+ENV_LOG = "RELU2_ASV_LOG"  # the suites append "commit<TAB>reason" here for a commit they could not measure
+UNMEASURED = "unmeasured.tsv"  # per machine, beside asv's result files: commit, instrument, reason
+
+
+def prepare(argv: Sequence[str]) -> str | None:
+    """What ``run`` and ``continuous`` need before asv starts: prerequisites, the machine (its name is
+    returned), torch's site."""
     if not argv or argv[0] not in _PREPARED or "-h" in argv or "--help" in argv:
-        return
+        return None
     check_prerequisites(argv)
+    check_suite_environment(_option(argv, "--config") or "asv.conf.json")
     if os.environ.get("RELU2_BENCH_IMPLS", "").strip():
         print("relu2 asv: warning: RELU2_BENCH_IMPLS narrows the suites' parameters, and asv publish draws only "
               "the parameters benchmarks.json lists, for every machine of the results folder: give this run a "
@@ -141,13 +169,296 @@ def prepare(argv: Sequence[str]) -> None:
     os.environ.setdefault(ENV_TORCH_SITE, torch_site())
     print(f"relu2 asv: machine {name!r} recorded with its GPU/driver/CUDA/torch/triton; environments see torch "
           f"from {os.environ[ENV_TORCH_SITE]}", file=sys.stderr)
+    return name
+
+
+def check_suite_environment(config: str) -> None:
+    """UsageError for a suite variable the suites would reject inside asv (where it costs a whole commit
+    and says only "Setting up ... failed"): RELU2_TIMEOUT, RELU2_BENCH_SUITES, RELU2_BENCH_IMPLS."""
+    import importlib.util
+
+    from relu2.isolation import timeout_from_env
+    from relu2.machine import UsageError
+
+    try:
+        timeout_from_env()
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    conf = json.loads(Path(config).read_text(encoding="utf-8"))
+    bench_dir = Path(config).resolve().parent / conf.get("benchmark_dir", "benchmarks")
+    suites = os.environ.get("RELU2_BENCH_SUITES", "").strip()
+    impls = os.environ.get("RELU2_BENCH_IMPLS", "").strip()
+    if not (suites or impls) or not (bench_dir / "bench_relu2.py").is_file():
+        return
+    spec = importlib.util.spec_from_file_location("relu2_bench_suites", bench_dir / "bench_relu2.py")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)  # torch-free: only the vocabulary
+    except ValueError as e:  # the suite's own refusal, e.g. RELU2_BENCH_SUITES naming no suite
+        raise UsageError(f"{bench_dir / 'bench_relu2.py'}: {e}") from None
+    module._selected()
+    if impls:
+        from relu2.interface import entry_points
+        from relu2.registry import REFERENCES
+
+        known = set(REFERENCES) | {ep.name for ep in entry_points(_measured(conf))}
+        unknown = [n.strip() for n in impls.split(",") if n.strip() and n.strip() not in known]
+        if unknown:
+            raise UsageError(f"RELU2_BENCH_IMPLS names no implementation {unknown}; known here: "
+                             f"{', '.join(sorted(known))}")
+
+
+def _measured(conf: dict) -> str:
+    """The distribution under test: the config's ``project``."""
+    return str(conf.get("project", ""))
+
+
+# --- the instrument --------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def instrument() -> Iterator[Path]:
+    """The running ``relu2`` package copied into a temporary folder, named by ``RELU2_INSTRUMENT`` for
+    the block (the suites import it from there; docs/tracking.md says why a copy)."""
+    import relu2
+
+    source = Path(relu2.__file__).resolve().parent
+    root = Path(tempfile.mkdtemp(prefix="relu2-instrument-"))
+    saved = os.environ.get(ENV_INSTRUMENT)
+    try:
+        shutil.copytree(source, root / "relu2", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        os.environ[ENV_INSTRUMENT] = str(root)
+        yield root
+    finally:
+        if saved is None:
+            os.environ.pop(ENV_INSTRUMENT, None)
+        else:
+            os.environ[ENV_INSTRUMENT] = saved
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- which commits can be measured -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """A commit this instrument does not measure, and why."""
+
+    commit: str
+    reason: str
+
+
+def interface_reason(repo: str | os.PathLike, commit: str) -> str:
+    """Why ``commit`` of the git checkout ``repo`` cannot be measured ("" when it can): its
+    pyproject.toml must declare entry points of interface 1."""
+    import tomllib
+
+    shown = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:pyproject.toml"], capture_output=True,
+                           text=True)
+    if shown.returncode != 0:
+        return f"predates the implementations interface {INTERFACE_VERSION}: no pyproject.toml"
+    try:
+        declared = tomllib.loads(shown.stdout).get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP)
+    except tomllib.TOMLDecodeError as e:
+        return f"its pyproject.toml does not parse: {e}"
+    if not declared:
+        return (f"predates the implementations interface {INTERFACE_VERSION}: its pyproject.toml declares no "
+                f"entry points in the group {ENTRY_POINT_GROUP}")
+    return ""
+
+
+def selected_commits(conf, range_spec: str | None) -> list[str] | None:
+    """The commits ``asv run RANGE`` would measure (asv's own selection), or None when asv decides
+    later (no git checkout here)."""
+    from asv.repo import get_repo
+
+    from relu2.asv_results import ResultsError
+
+    repo = get_repo(conf)
+    if range_spec is None:
+        return list({repo.get_hash_from_name(branch) for branch in conf.branches})
+    if range_spec == "EXISTING":
+        from asv.results import get_existing_hashes
+
+        return list(get_existing_hashes(conf.results_dir))
+    if range_spec == "NEW":
+        from asv.results import get_existing_hashes
+
+        return repo.get_new_branch_commits(conf.branches, get_existing_hashes(conf.results_dir))
+    if range_spec == "TAGS":
+        return list(reversed(list(repo.get_tags().keys())))
+    if range_spec == "ALL":
+        return repo.get_new_branch_commits(conf.branches, [])
+    if range_spec == "HEAD":
+        return [repo.get_hash_from_name("HEAD")]
+    if range_spec.startswith("HASHFILE:"):
+        try:
+            text = sys.stdin.read() if range_spec == "HASHFILE:-" else Path(range_spec[9:]).read_text()
+        except OSError as e:
+            raise ResultsError(f"{range_spec[9:]}: {e.strerror or e}") from None
+        return [repo.get_hash_from_name(h.strip()) for h in text.splitlines() if h.strip()]
+    return repo.get_hashes_from_range(range_spec)
+
+
+def record_unmeasured(results_dir: str | os.PathLike, machine: str, skipped: Sequence[Unmeasured]) -> Path:
+    """Add ``skipped`` to ``<results>/<machine>/unmeasured.tsv`` (one line a commit, newest reason wins)."""
+    path = Path(results_dir) / machine / UNMEASURED
+    rows = read_unmeasured(results_dir, machine)
+    for u in skipped:
+        rows[u.commit] = u.reason
+    text = "".join(f"{commit}\t{reason}\n" for commit, reason in sorted(rows.items()))
+    atomic_write_text(path, "commit\treason\n" + text)
+    return path
+
+
+def read_unmeasured(results_dir: str | os.PathLike, machine: str) -> dict[str, str]:
+    """Commit -> why it was not measured on ``machine`` (``relu2 asv run``'s record)."""
+    path = Path(results_dir) / machine / UNMEASURED
+    if not path.is_file():
+        return {}
+    rows = {}
+    for line in path.read_text(encoding="utf-8").splitlines()[1:]:
+        commit, _, reason = line.partition("\t")
+        if commit:
+            rows[commit] = reason
+    return rows
+
+
+# --- after asv -----------------------------------------------------------------------------------
+
+
+def has_figure(path: Path) -> bool:
+    """Whether an asv result file holds at least one number (asv stores failed cells as null, skipped as NaN)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+
+    def numbers(value) -> bool:
+        if isinstance(value, list):
+            return any(numbers(v) for v in value)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+    return any(numbers(entry[0] if isinstance(entry, list) else entry) for entry in data.get("results", {}).values())
+
+
+def _suite_reasons(log: Path) -> dict[str, str]:
+    if not log.is_file():
+        return {}
+    reasons = {}
+    for line in log.read_text(encoding="utf-8").splitlines():
+        commit, _, reason = line.partition("\t")
+        reasons[commit] = reason
+    return reasons
+
+
+def remove_empty_results(results_dir: Path, machine: str, since: float, log: Path) -> list[Unmeasured]:
+    """Remove result files written since ``since`` that hold no figure; what they were, and why."""
+    folder = results_dir / machine
+    removed = []
+    reasons = _suite_reasons(log)
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if path.name in ("machine.json", "benchmarks.json") or path.stat().st_mtime < since:
+            continue
+        try:
+            if has_figure(path):
+                continue
+            commit = json.loads(path.read_text(encoding="utf-8")).get("commit_hash", path.stem)
+        except (OSError, ValueError):
+            continue
+        path.unlink()
+        reason = next((r for c, r in reasons.items() if c and commit.startswith(c)), "") or \
+            "no cell has a figure (every cell failed or was skipped; asv's log above says why)"
+        removed.append(Unmeasured(commit, reason))
+    return removed
 
 
 def main(argv: Sequence[str]) -> int:
-    """Run ``asv ARGV...`` in this process with atomic result writes; asv's exit status."""
-    from asv import main as asv_main
+    """Run ``asv ARGV...`` in this process with one instrument and atomic result writes; asv's exit status."""
+    from relu2.machine import UsageError
 
-    prepare(argv)  # UsageError (exit 2) before anything is built
+    if not argv:
+        raise UsageError("relu2 asv needs an asv command, e.g. relu2 asv run --machine mybox main~2..main "
+                         "(relu2 asv run --help lists asv's options)")
+    machine = prepare(argv)  # UsageError (exit 2) before anything is built
+    if machine is None:
+        return _run_asv(argv)
+    return _measure(list(argv), machine)
+
+
+def _measure(argv: list[str], machine: str) -> int:
+    from asv.config import Config
+
+    from relu2.machine import UsageError
+
+    config = _option(argv, "--config") or "asv.conf.json"
+    conf = Config.load(config)
+    measured = _measured(json.loads(Path(config).read_text(encoding="utf-8")))
+    os.environ[ENV_MEASURED] = measured
+    skipped: list[Unmeasured] = []
+    with tempfile.TemporaryDirectory(prefix="relu2-asv-") as scratch, instrument():
+        log = Path(scratch) / "suite.log"
+        log.touch()
+        os.environ[ENV_LOG] = str(log)
+        if argv[0] == "run" and _option(argv, "--set-commit-hash") is None:
+            argv, skipped = _only_measurable(argv, conf, Path(scratch) / "commits.txt")
+            if skipped:
+                path = record_unmeasured(conf.results_dir, machine, skipped)
+                print(f"relu2 asv: {len(skipped)} commit(s) not measured, recorded in {path}:", file=sys.stderr)
+                for u in skipped:
+                    print(f"  {u.commit[:8]}  {u.reason}", file=sys.stderr)
+            if argv is None:
+                raise UsageError(f"no commit of the range can be measured by this instrument "
+                                 f"({len(skipped)} predate the implementations interface {INTERFACE_VERSION})")
+        started = time.time() - 1  # mtimes have coarse resolution on some file systems
+        status = _run_asv(argv)
+        empty = remove_empty_results(Path(conf.results_dir), machine, started, log)
+    if empty:
+        path = record_unmeasured(conf.results_dir, machine, empty)
+        for u in empty:
+            print(f"relu2 asv: removed the result of {u.commit[:8]}, which holds no figure: {u.reason} "
+                  f"(recorded in {path})", file=sys.stderr)
+        status = status or 1
+    return status
+
+
+def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] | None, list[Unmeasured]]:
+    """argv with its range replaced by the commits this instrument can measure (a HASHFILE), and the
+    commits left out; (None, left out) when none can be measured."""
+    from asv.commands import make_argparser
+
+    from relu2.asv_results import ResultsError
+    from relu2.machine import UsageError
+
+    parser, _ = make_argparser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:
+        return argv, []  # asv prints its own usage error
+    range_spec = getattr(args, "range", None)
+    repo_dir = conf.repo if os.path.isdir(conf.repo) else None  # asv made it absolute, from the config's folder
+    if repo_dir is None:
+        return argv, []  # a remote repository: asv clones it; the result check afterwards still applies
+    try:
+        commits = selected_commits(conf, range_spec)
+    except ResultsError as e:
+        raise UsageError(str(e)) from None
+    except Exception as e:  # noqa: BLE001  asv's own errors for an unknown range
+        raise UsageError(f"cannot list the commits of {range_spec or 'the configured branches'}: {e}") from None
+    skipped = [Unmeasured(c, r) for c in commits if (r := interface_reason(repo_dir, c))]
+    keep = [c for c in commits if c not in {u.commit for u in skipped}]
+    if not skipped:
+        return argv, []
+    if not keep:
+        return None, skipped
+    hashfile.write_text("".join(f"{c}\n" for c in keep))
+    rewritten = list(argv)
+    if range_spec is None:
+        rewritten.append(f"HASHFILE:{hashfile}")
+    else:
+        rewritten[len(rewritten) - 1 - rewritten[::-1].index(range_spec)] = f"HASHFILE:{hashfile}"
+    return rewritten, skipped
+
+
+def _run_asv(argv: Sequence[str]) -> int:
+    from asv import main as asv_main
 
     saved_argv = sys.argv
     sys.argv = ["asv", *argv]  # asv's main() parses sys.argv and reports itself as "asv"

@@ -274,7 +274,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from relu2 import fused
+    from relu2_impls import fused
 
     info = fused.build(verbose=args.verbose)
     kind = "CUDA + CPU" if info.cuda else "CPU only"

@@ -1,24 +1,15 @@
-"""The ``torch.compile``'d implementations: how each is compiled, warmed up, guarded and fingerprinted.
+"""How the instrument runs a ``torch.compile``'d implementation: guarded, warmed up and fingerprinted.
 
-A compiled path's figure is only comparable across runs when the same kernel was generated, so
-everything that decides the generated code is fixed here and recorded:
+What is compiled, and how (``relu2.interface.Compile``: dynamic or not, the options, the warm-up
+shape), is the implementation's own definition and comes from the package under test (vLLM's calls
+are in ``relu2_impls.vllm``); this module is the instrument's part, the same for every commit:
 
-* **The call.**  ``compile_dynamic`` is vLLM's ``CustomOp.maybe_compile`` for an op without
-  ``dynamic_arg_dims`` (vllm/model_executor/custom_op.py): ``torch.compile(fn, dynamic=True,
-  backend="inductor", options={"graph_partition": False})``, no fullgraph, no mark_dynamic.
-  ``compile_dim0`` is the same function for an op registered with ``dynamic_arg_dims={"x": 0}``
-  (vLLM PR #34900): ``dynamic=False``, and ``torch._dynamo.mark_dynamic(x, 0)`` on every call.
-  ``compile`` is the static baseline, one kernel per shape (``dynamic=False, fullgraph=True``).
 * **The warm-up.**  A dynamic-shape kernel is generated for the first shape it meets (its size
   hints pick the launch configuration) and then serves every shape.  In vLLM the first forward is
   the memory-profiling run at the maximum number of batched tokens, so before a cell of shape
-  (tokens, *rest) is first measured, a dynamic path is called on (WARMUP_TOKENS, *rest), untimed.
-  The ``_1tok`` variants warm up at one token instead (decode first), for side-by-side figures.
-* **The compiler state.**  Inductor's pointwise autotuning picks between two launch configurations
-  by timing them once, at the first call: at L2-resident sizes that is a coin toss, and identical
-  runs generated different kernels.  It is turned off (``triton.autotune_pointwise = False``), so
-  every run gets inductor's heuristic configuration.  The caches are private to each worker
-  process and start empty (``relu2.isolation``).
+  (tokens, *rest) is first measured, a dynamic path is called on (warm-up tokens, *rest), untimed.
+* **The compiler state.**  The caches are private to each worker process and start empty
+  (``relu2.isolation``); inductor's config for a path is what its definition passes as options.
 * **The guard.**  Dynamo's recompile limit is raised and hitting it raises CompileFallbackError:
   by default dynamo would silently run eager code under the compiled name.
 * **The fingerprint.**  Every graph inductor generates is hashed as it is compiled; a cell's
@@ -30,18 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import types
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
+from relu2.interface import Compile
 from relu2.reference import relu_squared_reference
 
-# vLLM's first forward pass profiles memory at max_num_batched_tokens; 16384 is the top of the
-# prefill range (vLLM's chunked-prefill budgets run 2048-16384).
-WARMUP_TOKENS = 16384
 WARMUP_NUMEL_1D = 2**24  # a 1-D input's first call: the same order of bytes as a prefill activation
 # Static compilation specialises on every shape; a sweep sees dozens.  Dynamo keeps its cache per
 # code object and every path compiles a function of its own, so no two share (and exhaust) a limit.
@@ -52,64 +40,26 @@ class CompileFallbackError(RuntimeError):
     """torch.compile would have silently run eager code (dynamo's recompile limit was hit)."""
 
 
-@dataclass(frozen=True)
-class Spec:
-    """How one compiled path calls torch.compile, and which shape it meets first."""
-
-    dynamic: bool
-    mark_dim0: bool = False  # torch._dynamo.mark_dynamic(x, 0) before every call (vLLM's dynamic_arg_dims)
-    fullgraph: bool = False
-    vllm_options: bool = False  # vLLM's options for inductor (graph_partition off on torch >= 2.9)
-    warmup_tokens: int | None = None  # dynamic paths: the token count of the first call per width
-
-    @property
-    def description(self) -> str:
-        call = f"torch.compile(eager, dynamic={self.dynamic}"
-        call += ", fullgraph=True" if self.fullgraph else ""
-        call += f", options={vllm_options()}" if self.vllm_options else ""
-        call += ")" + (" + mark_dynamic(x, 0) per call" if self.mark_dim0 else "")
-        if self.warmup_tokens is not None:
-            call += f"; first called at {self.warmup_tokens} token{'s' if self.warmup_tokens > 1 else ''}"
-        return call
-
-
-SPECS: dict[str, Spec] = {
-    "compile": Spec(dynamic=False, fullgraph=True),
-    "compile_dynamic": Spec(dynamic=True, vllm_options=True, warmup_tokens=WARMUP_TOKENS),
-    "compile_dim0": Spec(dynamic=False, mark_dim0=True, vllm_options=True, warmup_tokens=WARMUP_TOKENS),
-    "compile_dynamic_1tok": Spec(dynamic=True, vllm_options=True, warmup_tokens=1),
-    "compile_dim0_1tok": Spec(dynamic=False, mark_dim0=True, vllm_options=True, warmup_tokens=1),
-}
-
-
-def vllm_options() -> dict[str, Any]:
-    """The inductor options vLLM passes: ``{"graph_partition": False}`` on torch >= 2.9, else none."""
-    major, minor = (int(p) for p in re.findall(r"\d+", torch.__version__)[:2])
-    return {"graph_partition": False} if (major, minor) >= (2, 9) else {}
-
-
 def pin_compiler_state() -> None:
-    """Process-wide, once: the recompile guard and inductor's heuristic (not autotuned) pointwise configs.
+    """Process-wide, once: the recompile guard, and the hook that records generated code.
 
     Process-wide on purpose: set and restored around every call, the guard cost tens of
     microseconds a call, which the `launch` figure charged to torch.compile.
     """
     import torch._dynamo
-    import torch._inductor.config as inductor
 
     config = torch._dynamo.config
     config.recompile_limit = max(config.recompile_limit, RECOMPILE_LIMIT)
     config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * RECOMPILE_LIMIT)
     config.fail_on_recompile_limit_hit = True
-    inductor.triton.autotune_pointwise = False
     _GeneratedCode.install()
 
 
-def _fresh_target(name: str) -> types.FunctionType:
-    """The eager path as a function with a code object of its own (dynamo caches per code object)."""
-    code = relu_squared_reference.__code__
+def _fresh_target(fn: Callable, name: str) -> types.FunctionType:
+    """``fn`` as a function with a code object of its own (dynamo caches per code object)."""
+    code = fn.__code__
     code = code.replace(co_name=name, co_qualname=name) if hasattr(code, "co_qualname") else code.replace(co_name=name)
-    return types.FunctionType(code, relu_squared_reference.__globals__, name)
+    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
 
 
 class _GeneratedCode:
@@ -149,10 +99,14 @@ def _code_hash(code: str) -> str:
 
 @dataclass
 class Compiled:
-    """A compiled path: the guarded call, its warm-up, and the fingerprint of the kernel serving an input."""
+    """A compiled path: the guarded call, its warm-up, and the fingerprint of the kernel serving an input.
+
+    ``fn`` is the function compiled (module-level, so the path pickles by reference).
+    """
 
     name: str
-    spec: Spec
+    recipe: Compile
+    fn: Callable = relu_squared_reference
     _target: Any = field(init=False, repr=False)
     _compiled: Any = field(init=False, repr=False)
     _warmed: set = field(default_factory=set, init=False, repr=False)
@@ -161,14 +115,14 @@ class Compiled:
         from torch._dynamo.exc import FailOnRecompileLimitHit
 
         pin_compiler_state()
-        self._target = _fresh_target(f"relu2_{self.name}")
-        options = vllm_options() if self.spec.vllm_options else None
-        self._compiled = torch.compile(self._target, dynamic=self.spec.dynamic, fullgraph=self.spec.fullgraph,
+        self._target = _fresh_target(self.fn, f"relu2_{self.name}")
+        options = dict(self.recipe.options) if self.recipe.options else None
+        self._compiled = torch.compile(self._target, dynamic=self.recipe.dynamic, fullgraph=self.recipe.fullgraph,
                                        backend="inductor", options=options)
         self._limit_hit = FailOnRecompileLimitHit
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.spec.mark_dim0 and x.dim() > 0:
+        if self.recipe.mark_dim0 and x.dim() > 0:
             torch._dynamo.mark_dynamic(x, 0)
         try:
             return self._compiled(x)
@@ -178,11 +132,11 @@ class Compiled:
                 "refusing to run eager code under a compiled name") from e
 
     def __reduce__(self):  # a worker rebuilds it by name (the compiled function itself does not pickle)
-        return (Compiled, (self.name, self.spec))
+        return (Compiled, (self.name, self.recipe, self.fn))
 
     def warmup_shape(self, shape: tuple[int, ...]) -> tuple[int, ...] | None:
         """The first shape this path meets before ``shape``: (warm-up tokens, *rest), or None (static)."""
-        tokens = self.spec.warmup_tokens
+        tokens = self.recipe.warmup_tokens
         if tokens is None or not shape:
             return None
         if len(shape) == 1:

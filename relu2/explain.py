@@ -255,7 +255,7 @@ def _ptx_of(kernel_name: str, caches: Path) -> tuple[list[Access], str]:
 
 
 def _triton_builtin(x, caches: Path) -> Kernel:
-    from relu2 import triton_kernel
+    from relu2_impls import triton_kernel
 
     grid = -(-x.numel() // triton_kernel.BLOCK)
     kernel = Kernel("_relu_squared_kernel", "triton",
@@ -265,7 +265,7 @@ def _triton_builtin(x, caches: Path) -> Kernel:
 
 
 def _fused(device: str) -> Kernel:
-    from relu2 import fused
+    from relu2_impls import fused
 
     info = fused.build()
     kernel = Kernel("relu2_kernel", "cuda" if info.cuda else "cpp", source=str(fused.source_dir()))

@@ -35,7 +35,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from relu2.schema import Cell, why_not
+from relu2.interface import why_not
+from relu2.schema import Cell
 
 if TYPE_CHECKING:
     from relu2.measure import CellResult
@@ -93,7 +94,8 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
 
     try:
         for impl in pickle.loads(registered):
-            registry.register(impl.name, impl.fn, devices=impl.devices, description=impl.description, replace=True)
+            registry.register(impl.name, impl.fn, devices=impl.devices, description=impl.description, replace=True,
+                              nan_to_zero=impl.nan_to_zero, writes_input=impl.writes_input)
         impl = registry.get(name)
         conn.send(("ready", Ready(impl.available, impl.broken, impl.reason, impl.devices)))
     except BaseException as e:  # noqa: BLE001  report anything, then stop

@@ -1,127 +1,37 @@
-"""The one registry of relu² implementations: built-ins, user registrations and entry points.
+"""The one registry of relu² implementations: the instrument's references, the implementations under
+test (entry points of interface 1, ``relu2.interface``), and registrations made in this process.
 
-Built-ins are registered as factories and resolved on first use (``get(name)`` resolves that one,
-``implementations()`` all), so ``import relu2`` stays cheap and never builds anything.  An implementation that cannot run
-here is still listed, with ``available=False`` and the reason.
+The references belong to the instrument and are the same for every commit measured: ``eager`` (the
+definition of correct, two eager kernels), ``compile`` (torch.compile of it, static shapes: the
+compiler's baseline) and ``copy`` (the roofline).  Everything else comes from the package under
+test: this repository's ``relu2_impls`` (the fused kernel, the Triton kernel, vLLM's compiled paths),
+or any other distribution that declares entry points in the group ``relu2.implementations``.
+
+Nothing is built or loaded until asked for: ``names()`` lists entry points without loading them,
+``get(name)`` resolves that one, ``implementations()`` all.  An implementation that cannot run here
+is still listed, with ``available=False`` and the reason; one whose entry point fails to load is
+listed the same way, with the traceback's last line.
 """
 
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
-from importlib import metadata
+from dataclasses import replace
 from typing import Callable, Mapping
 
 import torch
 
+from relu2.interface import Compile, Implementation, entry_points, provided, unavailable
 from relu2.reference import relu_squared_reference
-from relu2.schema import ENTRY_POINT_GROUP, ROOFLINE, why_not
+from relu2.schema import ROOFLINE
 
+__all__ = ["Implementation", "get", "implementations", "names", "register", "registered_here", "relu_squared",
+           "unregister", "copy_bytes"]
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
 
-@dataclass(frozen=True)
-class Implementation:
-    """One way of computing relu², or a reference that is timed beside them.
-
-    ``devices`` are the device types the implementation accepts ("cpu", "cuda").
-    ``is_relu2`` is False for the ``copy`` roofline reference, which is excluded from agreement.
-    An unavailable implementation is either absent here for a reason outside the project (no CUDA,
-    no toolkit: its cells are skipped) or ``broken`` (the project's own kernel did not build: its
-    cells fail, so a broken commit cannot pass as "n/a").
-    """
-
-    name: str
-    fn: Fn
-    available: bool = True
-    reason: str = ""
-    devices: tuple[str, ...] = ("cpu", "cuda")
-    is_relu2: bool = True
-    description: str = ""
-    broken: bool = False
-    # Brings the implementation to the state it is measured in for an input of (dtype, shape) on a
-    # device, untimed, before its agreement check (a dynamic-shape compiled path meets its warm-up
-    # shape first).
-    prepare: Callable[[torch.dtype, tuple[int, ...], str], None] | None = None
-    # What ran for an input: a hash of the generated or built kernel ("" when there is none).
-    fingerprint: Callable[[torch.Tensor], str] | None = None
-
-    def supports(self, device: str | torch.device) -> bool:
-        """True when this implementation is available and accepts tensors on ``device``."""
-        return self.available and torch.device(device).type in self.devices
-
-    def why_not(self, device: str | torch.device) -> str:
-        """The reason ``supports(device)`` is False, or "" when it is True."""
-        return why_not(self.available, self.reason, self.devices, torch.device(device).type)
-
-
-class _Refuse:
-    """The fn of an implementation that cannot run: raises with the reason (picklable, unlike a closure)."""
-
-    def __init__(self, name: str, reason: str) -> None:
-        self.name, self.reason = name, reason
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        raise RuntimeError(f"implementation {self.name!r} is unavailable: {self.reason}")
-
-
-def _unavailable(name: str, reason: str, **kw) -> Implementation:
-    return Implementation(name=name, fn=_Refuse(name, reason), available=False, reason=reason, **kw)
-
-
-# --- built-ins -------------------------------------------------------------------------------
-
-
-def _eager() -> Implementation:
-    return Implementation("eager", relu_squared_reference, description="torch.square(F.relu(x)): two eager kernels")
-
-
-def _compiled(name: str) -> Callable[[], Implementation]:
-    """The factory of a torch.compile'd built-in (relu2.compiled says how each is compiled and why)."""
-
-    def make() -> Implementation:
-        from relu2.compiled import SPECS, Compiled
-
-        path = Compiled(name, SPECS[name])
-        return Implementation(name, path, description=SPECS[name].description, prepare=path.prepare,
-                              fingerprint=path.fingerprint)
-
-    return make
-
-
-def _fused() -> Implementation:
-    from relu2 import fused
-
-    try:
-        fused.load()
-    except Exception as e:  # a failed build carries the compiler's message; the project's kernel is broken
-        return _unavailable("fused", f"the fused extension did not build: {e}", broken=True)
-    devices = ("cpu", "cuda") if fused.has_cuda() else ("cpu",)
-    return Implementation("fused", fused.relu_squared, devices=devices,
-                          description="csrc/ kernel via torch.library (CUDA kernel and C++ CPU twin)",
-                          fingerprint=lambda x: fused.build_key())
-
-
-def _triton() -> Implementation:
-    if not torch.cuda.is_available():
-        return _unavailable("triton", "needs CUDA: torch.cuda.is_available() is False", devices=("cuda",))
-    try:
-        from relu2.triton_kernel import relu_squared_triton
-    except Exception as e:  # triton missing or too old
-        return _unavailable("triton", f"triton did not import: {e}", devices=("cuda",))
-    return Implementation("triton", relu_squared_triton, devices=("cuda",),
-                          description="hand-written Triton kernel (Liger-style)", fingerprint=_source_hash(relu_squared_triton))
-
-
-def _source_hash(fn: Callable) -> Callable[[torch.Tensor], str]:
-    """A fingerprint for a kernel written in Python: the hash of the module that holds it."""
-    import hashlib
-    import inspect
-
-    digest = hashlib.sha256(inspect.getsource(inspect.getmodule(fn)).encode()).hexdigest()[:16]
-    return lambda x: digest
-
+# --- the instrument's references ------------------------------------------------------------------
 
 _SAME_WIDTH_INT = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
 
@@ -138,28 +48,28 @@ def copy_bytes(x: torch.Tensor) -> torch.Tensor:
     return torch.bitwise_or(as_int, 0).view(x.dtype)
 
 
-def _copy() -> Implementation:
-    return Implementation(ROOFLINE, copy_bytes, is_relu2=False,
-                          description="elementwise device copy of the same bytes: the roofline reference, not relu²")
+# Static shapes, one kernel per shape; inductor's pointwise autotuning (a timing coin toss at L2
+# sizes, docs/methodology.md) off, so every run generates inductor's heuristic configuration.
+STATIC_COMPILE = Compile(dynamic=False, fullgraph=True, options={"triton.autotune_pointwise": False})
 
-
-BUILTINS: dict[str, Callable[[], Implementation]] = {
-    "eager": _eager,
-    "compile": _compiled("compile"),
-    "compile_dynamic": _compiled("compile_dynamic"),
-    "compile_dim0": _compiled("compile_dim0"),
-    "fused": _fused,
-    "triton": _triton,
-    "copy": _copy,
-    "compile_dynamic_1tok": _compiled("compile_dynamic_1tok"),
-    "compile_dim0_1tok": _compiled("compile_dim0_1tok"),
+REFERENCES: dict[str, Callable[[], Implementation]] = {
+    "eager": lambda: Implementation("eager", relu_squared_reference,
+                                    description="torch.square(F.relu(x)): two eager kernels"),
+    "compile": lambda: Implementation("compile", relu_squared_reference, compile=STATIC_COMPILE,
+                                      description="static torch.compile of eager: " + STATIC_COMPILE.describe()),
+    ROOFLINE: lambda: Implementation(ROOFLINE, copy_bytes, is_relu2=False,
+                                     description="elementwise device copy of the same bytes: the roofline "
+                                                 "reference, not relu²"),
 }
 
-# name -> resolved Implementation or a factory not yet called.  The registry is the package's one
-# piece of global state.
-_registry: dict[str, Implementation | Callable[[], Implementation]] = dict(BUILTINS)
+
+# --- the registry ----------------------------------------------------------------------------------
+
+# name -> resolved Implementation, or a loader not yet called.  The package's one piece of global state.
+_registry: dict[str, Implementation | Callable[[], Implementation]] = dict(REFERENCES)
 _entry_points_loaded = False
 _registered_here: set[str] = set()
+_resolved: set[str] = set()
 
 
 def register(
@@ -169,11 +79,14 @@ def register(
     devices: tuple[str, ...] = ("cpu", "cuda"),
     description: str = "",
     replace: bool = False,
+    nan_to_zero: bool = False,
+    writes_input: bool = False,
 ) -> Implementation:
-    """Add an implementation to the registry; it is then checked and timed like the built-ins.
+    """Add an implementation to the registry; it is then checked and timed like the others.
 
     ``fn`` takes a tensor and returns relu² of it as a new tensor.  Registering an existing name
-    raises unless ``replace=True``.
+    raises unless ``replace=True``.  ``nan_to_zero`` and ``writes_input`` declare exceptions to the
+    contract (``relu2.interface.Implementation``).
     """
     if not name or not name.isidentifier():
         raise ValueError(f"implementation name must be an identifier, got {name!r}")
@@ -181,22 +94,25 @@ def register(
         raise ValueError(f"implementation {name!r} is already registered (pass replace=True to override)")
     if not callable(fn):
         raise TypeError(f"fn for {name!r} must be callable, got {type(fn).__name__}")
-    impl = Implementation(name, fn, devices=tuple(devices), description=description)
+    impl = Implementation(name, fn, devices=tuple(devices), description=description, nan_to_zero=nan_to_zero,
+                          writes_input=writes_input)
     _registry[name] = impl
     _registered_here.add(name)
+    _resolved.discard(name)
     return impl
 
 
 def unregister(name: str) -> None:
-    """Remove a user-registered implementation (built-ins stay)."""
-    if name in BUILTINS:
-        raise ValueError(f"{name!r} is a built-in implementation")
+    """Remove a user-registered implementation (the references stay)."""
+    if name in REFERENCES:
+        raise ValueError(f"{name!r} is one of the instrument's references")
     _registry.pop(name, None)
     _registered_here.discard(name)
+    _resolved.discard(name)
 
 
 def registered_here() -> dict[str, Implementation]:
-    """The implementations ``register`` added in this process (not built-ins, not entry points).
+    """The implementations ``register`` added in this process (not references, not entry points).
 
     A sweep's worker processes start fresh: these are sent to them (pickled), the others they
     find themselves.
@@ -205,33 +121,63 @@ def registered_here() -> dict[str, Implementation]:
 
 
 def _load_entry_points() -> None:
-    """Entry points in the group ``relu2.implementations`` name an Implementation or a factory of one."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _registry:
-            continue
+    for ep in entry_points():
+        if ep.name not in _registry:
+            _registry[ep.name] = _loader(ep)
+
+
+def _loader(ep) -> Callable[[], Implementation]:
+    """Load ``ep`` on first use; every implementation it provides joins the registry."""
+
+    def load() -> Implementation:
+        source = f"entry point {ep.name} = {ep.value}"
         try:
-            _registry[ep.name] = ep.load()
-        except Exception:
-            reason = f"entry point {ep.value} failed to load: {traceback.format_exc(limit=1).strip()}"
-            _registry[ep.name] = _unavailable(ep.name, reason)
+            items = provided(ep.load(), source)
+        except Exception:  # a broken provider never breaks the registry
+            return unavailable(ep.name, f"{source} failed to load: {traceback.format_exc(limit=1).strip()}")
+        for item in items:
+            if item.name != ep.name and item.name not in _registry:
+                _registry[item.name] = item
+        mine = next((item for item in items if item.name == ep.name), None)
+        return mine or unavailable(ep.name, f"{source} provides {', '.join(i.name for i in items) or 'nothing'}, "
+                                            f"not {ep.name!r}")
+
+    return load
+
+
+def _ready(impl: Implementation) -> Implementation:
+    """A compiled path becomes the instrument's guarded, warmed-up, fingerprinted call."""
+    if impl.compile is None or not impl.available:
+        return impl
+    from relu2.compiled import Compiled
+
+    path = Compiled(impl.name, impl.compile, impl.fn or relu_squared_reference)
+    return replace(impl, fn=path, prepare=path.prepare, fingerprint=path.fingerprint,
+                   description=impl.description or impl.compile.describe())
 
 
 def _resolve(name: str) -> Implementation:
     entry = _registry[name]
-    if isinstance(entry, Implementation):
+    if name in _resolved:
         return entry
+    if not isinstance(entry, Implementation):
+        try:
+            entry = entry()
+        except Exception as e:  # a broken implementation never breaks the registry
+            entry = unavailable(name, f"{type(e).__name__}: {e}")
+        if not isinstance(entry, Implementation):
+            entry = unavailable(name, f"its factory returned {type(entry).__name__}, not an Implementation")
     try:
-        impl = entry()
-    except Exception as e:  # a broken implementation never breaks the registry
-        impl = _unavailable(name, f"{type(e).__name__}: {e}")
-    if not isinstance(impl, Implementation):
-        impl = _unavailable(name, f"factory returned {type(impl).__name__}, not an Implementation")
-    _registry[name] = impl
-    return impl
+        entry = _ready(entry)
+    except Exception as e:  # noqa: BLE001  torch.compile itself unusable here
+        entry = unavailable(name, f"torch.compile could not be set up: {type(e).__name__}: {e}", broken=True)
+    _registry[name] = entry
+    _resolved.add(name)
+    return entry
 
 
 def names() -> list[str]:

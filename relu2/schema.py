@@ -27,30 +27,39 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 class Mode:
     """One timing mode: a figure of every cell, in seconds per call.
 
-    ``asv_version`` is the pinned version of the asv ``track_<name>`` benchmarks: asv keys history
-    by it, so it changes only when the mode's figures stop being comparable with their past.
+    ``method`` is the version of how the instrument times this mode (``relu2.timing``): it is bumped
+    when a change of the timer changes what its figures mean, and the asv ``track_<name>`` version
+    follows it, so a new method starts a new series on the dashboard and the gate refuses to compare
+    across it, instead of showing a step that no kernel made (docs/tracking.md lists the methods).
+    ``first_asv_version`` is the version method 1's results carry (asv's hash of the first source).
     """
 
     name: str
     label: str  # legend text
     linestyle: str  # matplotlib line style in every plot
     doc: str  # one line: how it is timed and what it answers
-    asv_version: str
+    first_asv_version: str
+    method: int = 1
     # True when the figure is the kernel's own time (no host overhead), so no kernel can beat a copy
     # of the same bytes by much; False when host-side call overhead is part of it.
     kernel_time: bool = True
+
+    @property
+    def asv_version(self) -> str:
+        """The version of the asv ``track_<name>`` benchmarks: asv keys history by it."""
+        return self.first_asv_version if self.method == 1 else f"{self.name}-method-{self.method}"
 
 
 MODES: tuple[Mode, ...] = (
     Mode("hot", "hot (kernel time, L2 warm)", "-",
          "CUDA-graph replay of back-to-back calls on one input: the kernel's own time, data warm in L2",
-         asv_version="deca6e1fca4ee5060d32c98cbd9049144d6e7511a586083fda885c42990970eb"),
+         first_asv_version="deca6e1fca4ee5060d32c98cbd9049144d6e7511a586083fda885c42990970eb"),
     Mode("cold", "cold (kernel time, L2 cold)", "--",
          "the same with the L2 flushed and every call on its own input: what a model sees after a GEMM",
-         asv_version="ad1ee5675c5da51859e7df98b59112d700f16843039c013c3b83aefce1522fad"),
+         first_asv_version="ad1ee5675c5da51859e7df98b59112d700f16843039c013c3b83aefce1522fad", method=2),
     Mode("launch", "launch (eager calls, wall clock)", ":",
          "wall clock of back-to-back eager calls then one synchronize: what eager mode pays per call",
-         asv_version="4b93e7c8c61f45612e066afd68d4a83db7e001697987be919440431568060aa2", kernel_time=False),
+         first_asv_version="4b93e7c8c61f45612e066afd68d4a83db7e001697987be919440431568060aa2", kernel_time=False),
 )
 MODE_NAMES: tuple[str, ...] = tuple(m.name for m in MODES)
 # The asv benchmark of GPU memory at the peak of one call (unit bytes), beside the timing modes.
@@ -248,14 +257,6 @@ def model_cells(impls: Iterable[str], tokens: Iterable[int] = MODEL_TOKENS, hidd
 # --- implementations ------------------------------------------------------------------------------
 
 BASELINE = "eager"  # speed-ups are over this one; it is also the definition of correct
-ENTRY_POINT_GROUP = "relu2.implementations"  # where other packages register implementations
-
-
-def why_not(available: bool, reason: str, devices: Sequence[str], device_kind: str) -> str:
-    """Why an implementation cannot run on a device kind ("cpu", "cuda"), or "" when it can."""
-    if not available:
-        return reason
-    return "" if device_kind in devices else f"runs on {', '.join(devices)} only, not {device_kind}"
 ROOFLINE = "copy"  # every figure's roofline_fraction is measured against this one
 
 
@@ -267,7 +268,8 @@ class Style:
     marker: str
 
 
-# The built-ins in display order.  Their code is in relu2.registry (a test keeps the two in step).
+# The built-ins in display order: the instrument's references (relu2.registry) and this repository's
+# implementations under test (relu2_impls, entry points in pyproject.toml); a test keeps them in step.
 BUILTIN_STYLES: Mapping[str, Style] = {
     "eager": Style("#D55E00", "o"),
     "compile": Style("#56B4E9", "s"),

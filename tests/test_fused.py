@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import relu2
-from relu2 import fused
+from relu2_impls import fused
 from relu2.agreement import compare_bitwise
 from relu2.inputs import agreement_cases, random_input, special_values
 from relu2.reference import relu_squared_reference
@@ -229,7 +229,7 @@ def test_cache_key_follows_the_source_contents(tmp_path, monkeypatch):
 
 
 def test_a_second_process_loads_from_the_cache_without_building():
-    code = "from relu2 import fused; info = fused.build(); print(info.cached, info.seconds, info.directory)"
+    code = "from relu2_impls import fused; info = fused.build(); print(info.cached, info.seconds, info.directory)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
                             timeout=300)

@@ -33,7 +33,7 @@ def test_triton_unavailable_without_cuda_says_why():
 
 
 def test_import_is_cheap_and_builds_nothing():
-    code = "import sys, relu2; print('relu2.fused' in sys.modules, 'torch._dynamo' in sys.modules)"
+    code = "import sys, relu2; print('relu2_impls.fused' in sys.modules, 'torch._dynamo' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
 
@@ -64,7 +64,7 @@ def test_register_rejects_bad_arguments():
         relu2.register("has space", torch.clone)
     with pytest.raises(TypeError, match="callable"):
         relu2.register("notfn", 3)
-    with pytest.raises(ValueError, match="built-in"):
+    with pytest.raises(ValueError, match="instrument's references"):
         relu2.unregister("eager")
 
 
@@ -92,11 +92,7 @@ def test_entry_point_group_is_loaded(monkeypatch):
         def load(self):
             raise ImportError("No module named 'plugin'")
 
-    def entry_points(group):
-        assert group == "relu2.implementations"
-        return [FakeEntryPoint(), BadEntryPoint()]
-
-    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(registry, "entry_points", lambda: [FakeEntryPoint(), BadEntryPoint()])
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
     monkeypatch.setattr(registry, "_registry", dict(registry._registry))
     impls = relu2.implementations()
@@ -126,14 +122,13 @@ RECOMPILES = {  # three inputs that each need a graph of their own
 def test_compiled_paths_fail_loudly_instead_of_falling_back(name):
     """Past dynamo's recompile limit, a compiled path must raise, never quietly run eager code."""
     import torch._dynamo
-    import torch._inductor.config
 
-    from relu2.compiled import RECOMPILE_LIMIT, SPECS, Compiled
+    from relu2.compiled import RECOMPILE_LIMIT, Compiled
 
-    compiled = Compiled(name, SPECS[name])  # a fresh function: a cache of its own
+    compiled = Compiled(name, recipe(name))  # a fresh function: a cache of its own
     assert torch._dynamo.config.fail_on_recompile_limit_hit
     assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
-    assert torch._inductor.config.triton.autotune_pointwise is False  # heuristic configs, no timing lottery
+    assert compiled.recipe.options["triton.autotune_pointwise"] is False  # heuristic configs, no timing lottery
     first, second, third = RECOMPILES[name]
     with torch._dynamo.config.patch(recompile_limit=2):  # a small limit, restored afterwards
         compiled(first)
@@ -142,10 +137,20 @@ def test_compiled_paths_fail_loudly_instead_of_falling_back(name):
             compiled(third)
 
 
+def recipe(name: str):
+    """How ``name`` is compiled: the instrument's static baseline, or vLLM's calls from relu2_impls."""
+    from relu2.registry import STATIC_COMPILE
+    from relu2_impls.vllm import recipes
+
+    return STATIC_COMPILE if name == "compile" else recipes()[name]
+
+
 FINGERPRINT = """
 import sys, torch
-from relu2.compiled import SPECS, Compiled
-path = Compiled(sys.argv[1], SPECS[sys.argv[1]])
+from relu2.compiled import Compiled
+from relu2.registry import STATIC_COMPILE
+from relu2_impls.vllm import recipes
+path = Compiled(sys.argv[1], STATIC_COMPILE if sys.argv[1] == "compile" else recipes()[sys.argv[1]])
 for shape in ((64, 8), (3, 8), (1, 8)):
     path.prepare(torch.float32, shape, "cpu")
     x = torch.randn(shape)

@@ -1,4 +1,4 @@
-"""The Triton relu² (relu2.triton_kernel): importable where triton is installed, its arithmetic checked
+"""The Triton relu² (relu2_impls.triton_kernel): importable where triton is installed, its arithmetic checked
 on the CPU through Triton's interpreter, and its boundary on a GPU.
 
 The full CUDA agreement matrix, the 2^31-element tensor, misaligned views and CUDA graph capture are
@@ -31,7 +31,7 @@ import torch
 from relu2.agreement import compare_bitwise
 from relu2.inputs import agreement_cases, random_input
 from relu2.reference import relu_squared_reference
-from relu2.triton_kernel import _launch
+from relu2_impls.triton_kernel import _launch
 
 failures = []
 for dtype in (torch.float32, torch.float16, torch.float64):
@@ -48,7 +48,7 @@ print("\\n".join(failures) or "ok")
 
 
 def test_importable_and_refuses_what_it_cannot_run():
-    from relu2.triton_kernel import relu_squared_triton
+    from relu2_impls.triton_kernel import relu_squared_triton
 
     with pytest.raises(RuntimeError, match=r"expected a floating-point tensor .*got torch.int32"):
         relu_squared_triton(torch.zeros(3, dtype=torch.int32))
@@ -70,7 +70,7 @@ def test_interpreter_agrees_bitwise_on_cpu():
 def test_gpu_empty_zero_dim_and_strided():
     from relu2.agreement import compare_bitwise
     from relu2.reference import relu_squared_reference
-    from relu2.triton_kernel import relu_squared_triton
+    from relu2_impls.triton_kernel import relu_squared_triton
 
     assert relu_squared_triton(torch.empty(0, 3, device="cuda")).shape == (0, 3)
     for x in (torch.tensor(-2.0, device="cuda"), torch.randn(65, 33, device="cuda").t()):
@@ -84,7 +84,7 @@ def test_gpu_empty_zero_dim_and_strided():
 def test_gpu_runs_on_the_tensors_device_not_the_current_one():
     from relu2.agreement import compare_bitwise
     from relu2.reference import relu_squared_reference
-    from relu2.triton_kernel import relu_squared_triton
+    from relu2_impls.triton_kernel import relu_squared_triton
 
     x = torch.randn(10_000, device="cuda:1")
     with torch.cuda.device(0):

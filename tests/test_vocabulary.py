@@ -174,7 +174,7 @@ def test_adding_a_derived_metric_touches_only_the_schema(tmp_path):
 ADD_MODE = """
     # the whole change: a Mode in relu2/schema.py, its timers in relu2/timing.py
     import relu2.schema as s
-    s.MODES = s.MODES + (s.Mode("warm2", "warm twice", "-.", "hot, timed again", asv_version="1"),)
+    s.MODES = s.MODES + (s.Mode("warm2", "warm twice", "-.", "hot, timed again", first_asv_version="1"),)
     s.MODE_NAMES = tuple(m.name for m in s.MODES)
     import relu2.timing as t
     t.TIMERS["cpu"]["warm2"] = t.TIMERS["cpu"]["hot"]

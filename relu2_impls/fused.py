@@ -122,12 +122,12 @@ _failures: dict[str, tuple[str, str]] = {}
 
 
 def source_dir() -> Path:
-    """The folder holding the kernel sources: ``$RELU2_CSRC_DIR``, the installed ``relu2.csrc``, or the repo's ``csrc/``."""
+    """The folder holding the kernel sources: ``$RELU2_CSRC_DIR``, the installed ``relu2_impls.csrc``, or the repo's ``csrc/``."""
     override = os.environ.get(ENV_CSRC_DIR)
     if override:
         return Path(override).expanduser().resolve()
-    try:  # an installed wheel ships csrc/ as the data package relu2.csrc
-        candidate = importlib.resources.files("relu2.csrc").joinpath("relu2_ops.cpp")
+    try:  # an installed wheel ships csrc/ as the data package relu2_impls.csrc
+        candidate = importlib.resources.files("relu2_impls.csrc").joinpath("relu2_ops.cpp")
         if isinstance(candidate, Path) and candidate.is_file():
             return candidate.parent
     except ModuleNotFoundError:
@@ -135,7 +135,7 @@ def source_dir() -> Path:
     repo = Path(__file__).resolve().parent.parent / "csrc"  # a source checkout
     if (repo / "relu2_ops.cpp").is_file():
         return repo
-    raise BuildError(f"cannot find the relu2 kernel sources: no relu2.csrc package and no {repo}")
+    raise BuildError(f"cannot find the relu2 kernel sources: no relu2_impls.csrc package and no {repo}")
 
 
 def cache_root() -> Path:

@@ -1,0 +1,75 @@
+"""The entry points of interface 1 (``pyproject.toml``): one factory per implementation."""
+
+from __future__ import annotations
+
+from relu2.interface import Implementation, unavailable
+
+
+def fused() -> Implementation:
+    """csrc/'s op through torch.library: the CUDA kernel where one builds, the C++ twin on the CPU."""
+    from relu2_impls import fused as op
+
+    try:
+        op.load()
+    except Exception as e:  # a failed build carries the compiler's message; the project's kernel is broken
+        return unavailable("fused", f"the fused extension did not build: {e}", broken=True)
+    return Implementation("fused", op.relu_squared, devices=("cpu", "cuda") if op.has_cuda() else ("cpu",),
+                          description="csrc/ kernel via torch.library (CUDA kernel and C++ CPU twin)",
+                          fingerprint=_constant(op.build_key()))
+
+
+def triton() -> Implementation:
+    """The Liger-style Triton kernel (CUDA only)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return unavailable("triton", "needs CUDA: torch.cuda.is_available() is False", devices=("cuda",))
+    try:
+        from relu2_impls import triton_kernel
+    except Exception as e:  # triton missing or too old
+        return unavailable("triton", f"triton did not import: {e}", devices=("cuda",))
+    return Implementation("triton", triton_kernel.relu_squared_triton, devices=("cuda",),
+                          description="hand-written Triton kernel (Liger-style)",
+                          fingerprint=_constant(_source_hash(triton_kernel)))
+
+
+def compile_dynamic() -> Implementation:
+    from relu2_impls import vllm
+
+    return vllm.compiled("compile_dynamic")
+
+
+def compile_dim0() -> Implementation:
+    from relu2_impls import vllm
+
+    return vllm.compiled("compile_dim0")
+
+
+def compile_dynamic_1tok() -> Implementation:
+    from relu2_impls import vllm
+
+    return vllm.compiled("compile_dynamic_1tok")
+
+
+def compile_dim0_1tok() -> Implementation:
+    from relu2_impls import vllm
+
+    return vllm.compiled("compile_dim0_1tok")
+
+
+class _constant:
+    """A fingerprint that is the same for every input (a built or hand-written kernel); picklable."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __call__(self, x) -> str:
+        return self.value
+
+
+def _source_hash(module) -> str:
+    """A fingerprint for a kernel written in Python: the hash of the module that holds it."""
+    import hashlib
+    import inspect
+
+    return hashlib.sha256(inspect.getsource(module).encode()).hexdigest()[:16]
