@@ -127,8 +127,10 @@ def check_prerequisites(argv: Sequence[str]) -> None:
     if conf.get("environment_type") == "virtualenv" and not same and importlib.util.find_spec("virtualenv") is None:
         raise UsageError("asv's virtualenv environments need the virtualenv package: pip install virtualenv "
                          "(or measure the installed checkout with --python=same --set-commit-hash HASH)")
-    if repo_of(os.path.dirname(os.path.abspath(config))) is None:
-        raise UsageError(f"{config} is not inside a git checkout: asv checks commits out of one")
+    repo = str(conf.get("repo", "."))
+    if "://" not in repo and repo_of(os.path.abspath(repo)) is None:
+        raise UsageError(f"{config}: its repo {repo!r} is not a git checkout (from {os.getcwd()}): asv checks "
+                         "commits out of one")
 
 
 def record_machine(name: str | None, path: str | None = None) -> str:
@@ -174,7 +176,8 @@ def prepare(argv: Sequence[str]) -> str | None:
 
 def check_suite_environment(config: str) -> None:
     """UsageError for a suite variable the suites would reject inside asv (where it costs a whole commit
-    and says only "Setting up ... failed"): RELU2_TIMEOUT, RELU2_BENCH_SUITES, RELU2_BENCH_IMPLS."""
+    and says only "Setting up ... failed"): RELU2_TIMEOUT, RELU2_BENCH_SUITES.  RELU2_BENCH_IMPLS is
+    checked against the commits to be measured (``check_impls``)."""
     import importlib.util
 
     from relu2.isolation import timeout_from_env
@@ -186,9 +189,7 @@ def check_suite_environment(config: str) -> None:
         raise UsageError(str(e)) from None
     conf = json.loads(Path(config).read_text(encoding="utf-8"))
     bench_dir = Path(config).resolve().parent / conf.get("benchmark_dir", "benchmarks")
-    suites = os.environ.get("RELU2_BENCH_SUITES", "").strip()
-    impls = os.environ.get("RELU2_BENCH_IMPLS", "").strip()
-    if not (suites or impls) or not (bench_dir / "bench_relu2.py").is_file():
+    if not os.environ.get("RELU2_BENCH_SUITES", "").strip() or not (bench_dir / "bench_relu2.py").is_file():
         return
     spec = importlib.util.spec_from_file_location("relu2_bench_suites", bench_dir / "bench_relu2.py")
     module = importlib.util.module_from_spec(spec)
@@ -196,16 +197,7 @@ def check_suite_environment(config: str) -> None:
         spec.loader.exec_module(module)  # torch-free: only the vocabulary
     except ValueError as e:  # the suite's own refusal, e.g. RELU2_BENCH_SUITES naming no suite
         raise UsageError(f"{bench_dir / 'bench_relu2.py'}: {e}") from None
-    module._selected()
-    if impls:
-        from relu2.interface import entry_points
-        from relu2.registry import REFERENCES
 
-        known = set(REFERENCES) | {ep.name for ep in entry_points(_measured(conf))}
-        unknown = [n.strip() for n in impls.split(",") if n.strip() and n.strip() not in known]
-        if unknown:
-            raise UsageError(f"RELU2_BENCH_IMPLS names no implementation {unknown}; known here: "
-                             f"{', '.join(sorted(known))}")
 
 
 def _measured(conf: dict) -> str:
@@ -248,23 +240,38 @@ class Unmeasured:
     reason: str
 
 
-def interface_reason(repo: str | os.PathLike, commit: str) -> str:
-    """Why ``commit`` of the git checkout ``repo`` cannot be measured ("" when it can): its
-    pyproject.toml must declare entry points of interface 1."""
+def declared_implementations(repo: str | os.PathLike, commit: str) -> tuple[list[str], str]:
+    """The implementations ``commit`` of the git checkout ``repo`` declares through interface 1 (its
+    pyproject.toml's entry points), and why it cannot be measured ("" when it can)."""
     import tomllib
 
     shown = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:pyproject.toml"], capture_output=True,
                            text=True)
     if shown.returncode != 0:
-        return f"predates the implementations interface {INTERFACE_VERSION}: no pyproject.toml"
+        return [], f"predates the implementations interface {INTERFACE_VERSION}: no pyproject.toml"
     try:
         declared = tomllib.loads(shown.stdout).get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP)
     except tomllib.TOMLDecodeError as e:
-        return f"its pyproject.toml does not parse: {e}"
+        return [], f"its pyproject.toml does not parse: {e}"
     if not declared:
-        return (f"predates the implementations interface {INTERFACE_VERSION}: its pyproject.toml declares no "
-                f"entry points in the group {ENTRY_POINT_GROUP}")
-    return ""
+        return [], (f"predates the implementations interface {INTERFACE_VERSION}: its pyproject.toml declares no "
+                    f"entry points in the group {ENTRY_POINT_GROUP}")
+    return sorted(declared), ""
+
+
+def check_impls(declared: set[str]) -> None:
+    """UsageError when RELU2_BENCH_IMPLS names an implementation that is neither one of the instrument's
+    references nor declared by any commit to be measured."""
+    from relu2.machine import UsageError
+    from relu2.registry import REFERENCES
+
+    chosen = [n.strip() for n in os.environ.get("RELU2_BENCH_IMPLS", "").split(",") if n.strip()]
+    known = set(REFERENCES) | declared
+    unknown = [n for n in chosen if n not in known]
+    if unknown:
+        raise UsageError(f"RELU2_BENCH_IMPLS names no implementation {unknown}: the references are "
+                         f"{', '.join(REFERENCES)}, and the commits to be measured declare "
+                         f"{', '.join(sorted(declared)) or 'none'}")
 
 
 def selected_commits(conf, range_spec: str | None) -> list[str] | None:
@@ -370,6 +377,62 @@ def remove_empty_results(results_dir: Path, machine: str, since: float, log: Pat
     return removed
 
 
+# --- another repository's kernel ------------------------------------------------------------------
+
+OPT_REPO = "--repo"  # relu2's own option of `relu2 asv run`: measure the package of another git checkout
+
+
+def external_config(repo: str | os.PathLike, base_config: str = "asv.conf.json") -> Path:
+    """An asv config that measures the package in the git checkout ``repo`` with this instrument.
+
+    It is ``base_config`` (this checkout's) with ``repo``, ``project`` (the distribution's name, from
+    the checkout's pyproject.toml) and ``branches`` (its current branch) of that checkout; the suites
+    stay this checkout's, and results, environments and the dashboard go under ``.asv/<project>/``
+    here.  Written to ``.asv/<project>/asv.conf.json`` so ``asv publish --config`` finds it later.
+    """
+    import tomllib
+
+    from relu2.machine import UsageError, repo_of
+
+    root = Path(repo).expanduser().resolve()
+    if repo_of(root) is None:
+        raise UsageError(f"{repo}: not a git checkout (--repo names the repository whose commits are measured)")
+    try:
+        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"{root / 'pyproject.toml'}: no [project] name to measure ({type(e).__name__})") from None
+    branch = subprocess.run(["git", "-C", str(root), "rev-parse", "--abbrev-ref", "HEAD"], capture_output=True,
+                            text=True).stdout.strip() or "main"
+    here = Path(base_config).resolve().parent
+    conf = json.loads(Path(base_config).read_text(encoding="utf-8"))
+    folder = here / ".asv" / project
+    conf.update(repo=str(root), project=project, branches=[branch],
+                benchmark_dir=str(here / conf.get("benchmark_dir", "benchmarks")),
+                env_dir=str(folder / "env"), results_dir=str(folder / "results"), html_dir=str(folder / "html"))
+    path = folder / "asv.conf.json"
+    atomic_write_text(path, json.dumps(conf, indent=4))
+    return path
+
+
+def _with_repo(argv: list[str]) -> list[str]:
+    """argv with ``--repo DIR`` replaced by ``--config`` of ``external_config(DIR)``."""
+    from relu2.machine import UsageError
+
+    repo = _option(argv, OPT_REPO)
+    if repo is None:
+        if OPT_REPO in argv:
+            raise UsageError(f"{OPT_REPO} needs a folder: the git checkout whose commits are measured")
+        return argv
+    if _option(argv, "--config") is not None:
+        raise UsageError(f"{OPT_REPO} writes the config itself: drop --config")
+    i = next(i for i, a in enumerate(argv) if a == OPT_REPO or a.startswith(OPT_REPO + "="))
+    rest = argv[:i] + argv[i + (1 if "=" in argv[i] else 2):]
+    config = external_config(repo)
+    print(f"relu2 asv: measuring {repo} with this instrument; config {config}, results "
+          f"{json.loads(config.read_text())['results_dir']}", file=sys.stderr)
+    return [rest[0], "--config", str(config), *rest[1:]]
+
+
 def main(argv: Sequence[str]) -> int:
     """Run ``asv ARGV...`` in this process with one instrument and atomic result writes; asv's exit status."""
     from relu2.machine import UsageError
@@ -377,6 +440,7 @@ def main(argv: Sequence[str]) -> int:
     if not argv:
         raise UsageError("relu2 asv needs an asv command, e.g. relu2 asv run --machine mybox main~2..main "
                          "(relu2 asv run --help lists asv's options)")
+    argv = _with_repo(list(argv))
     machine = prepare(argv)  # UsageError (exit 2) before anything is built
     if machine is None:
         return _run_asv(argv)
@@ -433,7 +497,7 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
     except SystemExit:
         return argv, []  # asv prints its own usage error
     range_spec = getattr(args, "range", None)
-    repo_dir = conf.repo if os.path.isdir(conf.repo) else None  # asv made it absolute, from the config's folder
+    repo_dir = conf.repo if os.path.isdir(conf.repo) else None  # a path (relative: to here, as for asv)
     if repo_dir is None:
         return argv, []  # a remote repository: asv clones it; the result check afterwards still applies
     try:
@@ -442,8 +506,15 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
         raise UsageError(str(e)) from None
     except Exception as e:  # noqa: BLE001  asv's own errors for an unknown range
         raise UsageError(f"cannot list the commits of {range_spec or 'the configured branches'}: {e}") from None
-    skipped = [Unmeasured(c, r) for c in commits if (r := interface_reason(repo_dir, c))]
-    keep = [c for c in commits if c not in {u.commit for u in skipped}]
+    skipped, keep, declared = [], [], set()
+    for commit in commits:
+        names, reason = declared_implementations(repo_dir, commit)
+        if reason:
+            skipped.append(Unmeasured(commit, reason))
+        else:
+            keep.append(commit)
+            declared.update(names)
+    check_impls(declared)
     if not skipped:
         return argv, []
     if not keep:

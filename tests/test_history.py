@@ -1,0 +1,178 @@
+"""History as the README runs it: every commit measured by today's instrument, or left out with its
+reason; never an empty result; and a kernel in another repository tracked the same way.
+
+Real asv runs on the quick CPU grid (eager and copy, float32, two sizes), one Grid benchmark, so each
+commit costs a build and a few seconds of measuring.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+QUICK = {"RELU2_BENCH_QUICK": "1", "RELU2_BENCH_SUITES": "Grid"}
+
+
+def git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com")
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
+def relu2_asv(cwd: Path, home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """``relu2 asv ARGS`` as a user runs it, with a home of its own (asv's machine file)."""
+    full = dict(os.environ, HOME=str(home), **QUICK, **env)
+    full.pop("RELU2_BENCH_IMPLS", None) if "RELU2_BENCH_IMPLS" not in env else None
+    return subprocess.run([sys.executable, "-m", "relu2", "asv", *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=900)
+
+
+def results_of(folder: Path) -> dict[str, list]:
+    """Commit -> the hot figures of its result file in ``folder``."""
+    out = {}
+    for path in folder.glob("*.json"):
+        if path.name == "machine.json":
+            continue
+        data = json.loads(path.read_text(), parse_constant=float)
+        hot = dict(zip(data["result_columns"], data["results"]["bench_relu2.Grid.track_hot"]))
+        out[data["commit_hash"]] = hot["result"]
+    return out
+
+
+def first_with_interface(repo: Path) -> str:
+    """The oldest commit of ``repo`` whose pyproject.toml declares implementations through interface 1."""
+    from relu2.asv_run import declared_implementations
+
+    for commit in git(repo, "rev-list", "--reverse", "--first-parent", "HEAD").split():
+        if declared_implementations(repo, commit)[0]:
+            return commit
+    raise AssertionError("no commit declares the interface")
+
+
+def test_every_commit_is_measured_by_todays_instrument_or_left_out_with_its_reason(tmp_path):
+    project = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(project)], check=True)
+    oldest = first_with_interface(project)
+    before = git(project, "rev-parse", f"{oldest}~1")
+    head = git(project, "rev-parse", "HEAD")
+    # A commit whose own instrument is broken: if asv measured it with its own ruler, nothing would time.
+    timing = project / "relu2" / "timing.py"
+    timing.write_text(timing.read_text() + "\nraise ImportError('the commit under test brought its own ruler')\n")
+    git(project, "commit", "-qam", "break this commit's own relu2.timing")
+    broken = git(project, "rev-parse", "HEAD")
+    hashes = tmp_path / "commits.txt"
+    hashes.write_text("\n".join([before, oldest, head, broken]) + "\n")
+    config = json.loads((project / "asv.conf.json").read_text())
+    config["results_dir"] = str(tmp_path / "results")
+    (project / "asv.test.json").write_text(json.dumps(config))
+
+    run = relu2_asv(project, tmp_path, "run", "--config", "asv.test.json", "--machine", "ci", "--record-samples",
+                    "--bench", "Grid.track_hot", f"HASHFILE:{hashes}")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "1 commit(s) not measured" in run.stderr and before[:8] in run.stderr
+    assert "predates the implementations interface 1" in run.stderr
+    measured = results_of(tmp_path / "results" / "ci")
+    assert set(measured) == {oldest, head, broken}  # none empty, none missing
+    for commit, values in measured.items():
+        assert all(v is not None and 0 < v < 1 for v in values), (commit, values)
+    ledger = (tmp_path / "results" / "ci" / "unmeasured.tsv").read_text()
+    assert before in ledger and "interface 1" in ledger
+    assert git(project, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_a_result_with_no_figure_is_removed_and_its_reason_said(tmp_path):
+    """A commit the suites cannot measure (here every cell skipped) leaves no all-null file behind."""
+    project = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(project)], check=True)
+    config = json.loads((project / "asv.conf.json").read_text())
+    config["results_dir"] = str(tmp_path / "results")
+    (project / "asv.test.json").write_text(json.dumps(config))
+    # Every cell above the CPU cap: the quick grid's sizes are below it, so choose no suite's cell.
+    run = relu2_asv(project, tmp_path, "run", "--config", "asv.test.json", "--machine", "ci", "--bench",
+                    "Grid.track_hot", "HEAD^!", RELU2_BENCH_IMPLS="triton")
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "holds no figure" in run.stderr
+    assert results_of(tmp_path / "results" / "ci") == {}
+    assert git(project, "rev-parse", "HEAD") in (tmp_path / "results" / "ci" / "unmeasured.tsv").read_text()
+
+
+TOY = '''"""A relu² kernel in another repository, measured by relu2-bench through interface 1."""
+import torch
+from relu2.interface import Implementation
+
+REPEAT = {repeat}
+
+
+def toy_relu_squared(x):
+    for _ in range(REPEAT - 1):  # the planted slowdown: the same result, computed REPEAT times
+        torch.square(torch.relu(x))
+    return torch.square(torch.relu(x))
+
+
+def toy():
+    return Implementation("toy", toy_relu_squared, description="a kernel of another repository")
+'''
+
+PYPROJECT = '''[build-system]
+requires = ["setuptools>=77", "wheel"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "toykernel"
+version = "0.1.0"
+
+[project.entry-points."relu2.implementations"]
+toy = "toykernel:toy"
+'''
+
+
+def toy_repo(where: Path) -> list[str]:
+    """A git repository of a package ``toykernel`` with three commits; the third is 30x slower."""
+    where.mkdir()
+    git(where, "init", "-q", "-b", "main")
+    (where / "pyproject.toml").write_text(PYPROJECT)
+    commits = []
+    for message, repeat, readme in (("toy kernel", 1, "a"), ("docs", 1, "b"), ("slower", 30, "b")):
+        (where / "toykernel.py").write_text(TOY.format(repeat=repeat))
+        (where / "README").write_text(readme)
+        git(where, "add", "-A")
+        git(where, "commit", "-qm", message)
+        commits.append(git(where, "rev-parse", "HEAD"))
+    return commits
+
+
+def test_a_kernel_in_another_repository_is_tracked_and_the_gate_names_the_slow_commit(tmp_path):
+    toy = tmp_path / "toykernel"
+    c1, c2, c3 = toy_repo(toy)
+    harness = tmp_path / "harness"  # this checkout's config and suites, with .asv/ of its own
+    harness.mkdir()
+    shutil.copy(ROOT / "asv.conf.json", harness / "asv.conf.json")
+    (harness / "benchmarks").symlink_to(ROOT / "benchmarks")
+    run = relu2_asv(harness, tmp_path, "run", "--repo", str(toy), "--machine", "ci", "--record-samples",
+                    "--bench", "Grid.track_hot", "ALL", RELU2_BENCH_IMPLS="eager,toy,copy")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = harness / ".asv" / "toykernel" / "results"
+    assert set(results_of(results / "ci")) == {c1, c2, c3}
+
+    def gate(base: str, head: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "relu2", "gate", base, head, "--results", str(results),
+                               "--machine", "ci", "--factor", "3"], capture_output=True, text=True, timeout=300)
+
+    same = gate(c1, c2)
+    assert same.returncode == 0, same.stdout + same.stderr
+    slower = gate(c2, c3)
+    assert slower.returncode == 1, slower.stdout + slower.stderr
+    flagged = [line for line in slower.stdout.splitlines() if "impl=" in line]
+    assert flagged and all("impl=toy" in line for line in flagged), slower.stdout
