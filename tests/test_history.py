@@ -68,10 +68,13 @@ def test_every_commit_is_measured_by_todays_instrument_or_left_out_with_its_reas
     before = git(project, "rev-parse", f"{oldest}~1")
     head = git(project, "rev-parse", "HEAD")
     # A commit whose own instrument is broken: if asv measured it with its own ruler, nothing would time.
+    # The checkout asv runs in stays at HEAD: its working tree is the instrument.
+    git(project, "checkout", "-q", "-b", "broken-ruler")
     timing = project / "relu2" / "timing.py"
     timing.write_text(timing.read_text() + "\nraise ImportError('the commit under test brought its own ruler')\n")
     git(project, "commit", "-qam", "break this commit's own relu2.timing")
     broken = git(project, "rev-parse", "HEAD")
+    git(project, "checkout", "-q", "main")
     hashes = tmp_path / "commits.txt"
     hashes.write_text("\n".join([before, oldest, head, broken]) + "\n")
     config = json.loads((project / "asv.conf.json").read_text())
