@@ -100,22 +100,48 @@ def test_asv_discovers_the_suites(tmp_path):
     assert nemotron["params"][2] == [str(w) for w in (3712, 5376, 12288, 15680, 20480, 21504, 30720, 32768)]
 
 
-def test_versions_are_pinned_to_the_committed_history(tmp_path):
-    """Every benchmark with committed results keeps the version they were recorded under.
+def _discovered_benchmarks_json(tmp_path: Path) -> dict:
+    """What `asv run --bench just-discover` writes as benchmarks.json for today's suites."""
+    conf = json.loads((ROOT / "asv.conf.json").read_text())
+    conf.update(repo=str(ROOT), benchmark_dir=str(ROOT / "benchmarks"), results_dir=str(tmp_path / "results"),
+                env_dir=str(tmp_path / "env"))
+    config = tmp_path / "asv.conf.json"
+    config.write_text(json.dumps(conf))
+    env = _asv_env(tmp_path)
+    env.pop("RELU2_BENCH_SUITES", None)
+    subprocess.run([sys.executable, "-m", "relu2", "asv", "run", "--config", str(config), "--python=same",
+                    "--bench", "just-discover", "--set-commit-hash", "HEAD", "--machine", "discover"],
+                   cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+    return json.loads((tmp_path / "results" / "benchmarks.json").read_text())
 
-    asv drops results whose version differs from the benchmark's from the dashboard, and by default
-    the version hashes the source: an edit to benchmarks/ would silently orphan results/.
-    """
-    out = tmp_path / "discovered.json"
-    subprocess.run([sys.executable, _asv_script(), "discover", str(ROOT / "benchmarks"), str(out)],
-                   cwd=tmp_path, env=_asv_env(tmp_path), check=True)
-    found = {b["name"]: b["version"] for b in json.loads(out.read_text())}
+
+def test_the_committed_benchmarks_json_is_what_a_run_writes(tmp_path):
+    """A run rewrites results/benchmarks.json from discovery: it stays byte-for-byte what is committed
+    (the README's tracking command leaves the checkout clean) only if the two agree in every field."""
     recorded = json.loads((ROOT / "results" / "benchmarks.json").read_text())
-    recorded = {name: b["version"] for name, b in recorded.items() if isinstance(b, dict)}
-    assert recorded, "results/benchmarks.json names no benchmark"
-    for name, version in recorded.items():
-        assert name in found, f"{name} has committed results but is no longer a benchmark"
-        assert found[name] == version, f"{name}: version {found[name][:12]} orphans the committed {version[:12]}"
+    assert _discovered_benchmarks_json(tmp_path) == recorded, (
+        "results/benchmarks.json is stale: regenerate it with `relu2 asv run --python=same --bench just-discover "
+        "--set-commit-hash HEAD --machine discover` (then remove results/discover) and commit it")
+
+
+def test_versions_follow_the_methods_and_keep_the_committed_history(tmp_path):
+    """Every benchmark's version is its mode's method version; committed results carry today's version,
+    or (a ruler changed since) an earlier method's, never a version no method had."""
+    from relu2.schema import MODES
+
+    recorded = json.loads((ROOT / "results" / "benchmarks.json").read_text())
+    for mode in MODES:
+        for suite in ("Grid", "ModelShapes", "VllmShapes", "Nemotron", "WarmupOrder"):
+            assert recorded[f"bench_relu2.{suite}.track_{mode.name}"]["version"] == mode.asv_version
+    earlier = {m.first_asv_version for m in MODES if m.method > 1}
+    for path in (ROOT / "results").glob("*/*.json"):
+        if path.name == "machine.json":
+            continue
+        data = json.loads(path.read_text(), parse_constant=float)
+        for name, version in zip(data["results"], (r[data["result_columns"].index("version")]
+                                                   for r in data["results"].values())):
+            today = recorded.get(name, {}).get("version")
+            assert version == today or version in earlier, f"{path.name}: {name} at version {version[:12]}"
 
 
 def test_asv_check_passes(tmp_path):

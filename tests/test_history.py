@@ -179,3 +179,51 @@ def test_a_kernel_in_another_repository_is_tracked_and_the_gate_names_the_slow_c
     assert slower.returncode == 1, slower.stdout + slower.stderr
     flagged = [line for line in slower.stdout.splitlines() if "impl=" in line]
     assert flagged and all("impl=toy" in line for line in flagged), slower.stdout
+
+
+def test_the_base_judges_a_pull_request_that_grades_itself(tmp_path):
+    """A pull request whose head makes the gate always pass and the fused kernel 30x slower: measured
+    and gated from the base's checkout (as .github/workflows/benchmarks.yml does), the gate fails it;
+    the head's own gate would have passed it."""
+    judge = tmp_path / "judge"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(judge)], check=True)
+    base = git(judge, "rev-parse", "HEAD")
+    git(judge, "checkout", "-q", "-b", "pull-request")
+    gate_py = judge / "relu2" / "gate.py"
+    gate_py.write_text(gate_py.read_text().replace(
+        "    found = compare(base_by_key, head_by_key, options, _kernels(base_records), _kernels(head_records))",
+        "    found = compare({}, {}, options, {}, {})  # nothing to see here"))
+    fused_py = judge / "relu2_impls" / "fused.py"
+    fused_py.write_text(fused_py.read_text() + '''
+
+_fast = relu_squared
+
+
+def relu_squared(x, out=None):  # the same result, computed 30 times
+    for _ in range(29):
+        _fast(x)
+    return _fast(x, out)
+''')
+    git(judge, "commit", "-qam", "faster, trust me")
+    head = git(judge, "rev-parse", "HEAD")
+    git(judge, "checkout", "-q", base)  # the judge: the base's working tree
+    config = json.loads((judge / "asv.conf.json").read_text())
+    config["results_dir"] = str(tmp_path / "results")
+    (judge / "asv.test.json").write_text(json.dumps(config))
+    cache = {"RELU2_CACHE_DIR": str(tmp_path / "kernel-cache"), "RELU2_BENCH_IMPLS": "fused,copy"}
+    for commit in (base, head):
+        run = relu2_asv(judge, tmp_path, "run", "--config", "asv.test.json", "--machine", "ci", "--record-samples",
+                        "--bench", "Grid.track_hot", f"{commit}^!", **cache)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+    def gate(checkout: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "relu2", "gate", base, head, "--results", str(tmp_path / "results"),
+                               "--machine", "ci", "--factor", "3"], cwd=checkout, capture_output=True, text=True,
+                              timeout=300)
+
+    judged = gate(judge)  # `python -m relu2` from the base's checkout: the base's gate
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    flagged = [line for line in judged.stdout.splitlines() if "impl=" in line]
+    assert flagged and all("impl=fused" in line for line in flagged), judged.stdout
+    git(judge, "checkout", "-q", head)
+    assert gate(judge).returncode == 0  # the head's own gate passes itself: why the base must judge
