@@ -17,7 +17,8 @@
 # `bash ../shared/tools/gpu-box-wheels.sh .whl`) and .whl/repo.bundle, a git bundle of the
 # repository (`git bundle create .whl/repo.bundle --all`; asv checks commits out of it).
 # The box's own python3 (/opt/torch/.venv) has torch, triton, matplotlib, tqdm, pytest and ninja;
-# asv, asv-tachyon and virtualenv go into /tmp/site from .whl/, on its PYTHONPATH.
+# asv, asv-tachyon and virtualenv go into /tmp/site from .whl/, on its PYTHONPATH, and this checkout's
+# metadata into /tmp/relu2-self (the implementations under test are found through its entry points).
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 ROOT=$(pwd)
@@ -28,7 +29,7 @@ mkdir -p "$LOG"
 TORCH_BIN=${RELU2_TORCH_BIN:-/opt/torch/.venv/bin}
 export PATH="$TORCH_BIN:$PATH"
 export RELU2_CACHE_DIR=${RELU2_CACHE_DIR:-/tmp/relu2-cache}
-export PYTHONPATH="$ROOT:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$ROOT:/tmp/site:/tmp/relu2-self${PYTHONPATH:+:$PYTHONPATH}"
 MACHINE=${RELU2_MACHINE:-h200}
 RESULTS=${RELU2_RESULTS:-results}
 # The copied checkout belongs to another user than root here; git would refuse to read it.
@@ -40,6 +41,13 @@ step() { printf '\n== %s  (%s)\n' "$*" "$(date +%T)"; }
 run() { local name=$1; shift; step "$name"; local t0=$SECONDS
   "$@" 2>&1 | tee "$LOG/$name.log"; local rc=${PIPESTATUS[0]}
   echo "-- $name: exit $rc in $((SECONDS - t0)) s" | tee -a "$LOG/summary.txt"; return 0; }
+
+install_self() {
+  # The code runs from $ROOT (first on PYTHONPATH); the installed copy is there for its metadata: the
+  # entry points of relu2.implementations (relu2/interface.py).
+  [ -d /tmp/relu2-self ] && return 0
+  install_asv && python3 -m pip install -q --no-index --no-deps --no-build-isolation --target /tmp/relu2-self "$ROOT"
+}
 
 install_asv() {
   # asv beside the box's torch (in /tmp/site); `relu2 asv run` points the benchmark environments at
@@ -118,6 +126,7 @@ demo() {  # demo BASE,HEAD
   run gate-equal bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $base --results results-demo --machine h200-demo; echo gate exit \$?"
 }
 
+install_self || { echo "installing the checkout (entry points) failed"; exit 1; }
 for step in "${@:-smoke}"; do
   case $step in
     smoke) smoke ;;
