@@ -75,10 +75,12 @@ from relu2.schema import (  # noqa: E402
     VLLM_HIDDEN,
     VLLM_DTYPE,
     VLLM_IMPLS,
+    VLLM_SHAPES_IMPLS,
     VLLM_TOKENS,
     WARMUP_IMPLS,
     WARMUP_WIDTHS,
     Cell,
+    activation_shape,
     grid_shape,
     kernel_id,
 )
@@ -329,7 +331,8 @@ class _TokensByHidden(_Suite):
 
     @classmethod
     def cell(cls, impl, tokens, hidden) -> Cell:
-        return Cell(impl, cls.dtype, tokens * hidden, (tokens, hidden))
+        shape = activation_shape(tokens, hidden)
+        return Cell(impl, cls.dtype, shape[0] * shape[1], shape)
 
 
 class ModelShapes(_TokensByHidden):
@@ -349,11 +352,12 @@ class VllmShapes(_WithoutMemory):
     (vLLM's default dtype; fp16 and fp32 with ``relu2 sweep --vllm-shapes``)."""
 
     dtype = VLLM_DTYPE
-    params = [_impls(VLLM_IMPLS), _pick(VLLM_TOKENS, [16]), _pick(VLLM_HIDDEN, [3072])]
+    params = [_impls(VLLM_SHAPES_IMPLS), _pick(VLLM_TOKENS, [16]), _pick(VLLM_HIDDEN, [3072])]
 
 
 class Nemotron(_WithoutMemory):
-    """Nemotron relu² widths at decode and prefill token counts, bf16, the paths vLLM can run."""
+    """Nemotron relu² widths at decode and prefill token counts, bf16, every path NemotronH takes in
+    vLLM; at the routed experts' width (1856) a cell of T tokens is (6 T, 1856)."""
 
     dtype = NEMOTRON_DTYPE
     params = [_impls(VLLM_IMPLS), _pick(NEMOTRON_TOKENS, [8]), _pick(NEMOTRON_WIDTHS, [3712])]

@@ -13,8 +13,10 @@ are in ``relu2_impls.vllm``); this module is the instrument's part, the same for
 * **The guard.**  Dynamo's recompile limit is raised and hitting it raises CompileFallbackError:
   by default dynamo would silently run eager code under the compiled name.
 * **The fingerprint.**  Every graph inductor generates is hashed as it is compiled; a cell's
-  fingerprint is the hash of the graph dynamo's own guards pick for its input, so a change in a
-  compiled figure can be traced to a change in the code that ran.
+  fingerprint is the hash of the graph dynamo's own guards pick for its input, together with the
+  launch configuration each of its Triton kernels runs with (after the first call: the one
+  pointwise autotuning picked), so a change in a compiled figure can be traced to a change in the
+  code that ran, or in the configuration autotuning chose on that box.
 """
 
 from __future__ import annotations
@@ -155,9 +157,13 @@ class Compiled:
         self._warmed.add(key)
 
     def fingerprint(self, x: torch.Tensor) -> str:
-        """The hash of the generated code dynamo's guards pick for ``x`` ("" if none has been compiled)."""
+        """The hash of the generated code dynamo's guards pick for ``x`` and of the launch configuration
+        of each of its Triton kernels ("" if none has been compiled)."""
         code = serving_code(self, x)
-        return _code_hash(code) if code else ""
+        if not code:
+            return ""
+        picks = launch_configs(code)
+        return _code_hash(code + "".join(f"\n# launched {name}: {c}" for name, c in sorted(picks.items())))
 
 
 def serving_code(path: Compiled, x: torch.Tensor) -> str:
@@ -175,3 +181,44 @@ def serving_code(path: Compiled, x: torch.Tensor) -> str:
     except Exception:  # noqa: BLE001  a private API: without it, no fingerprint, never a failure
         return ""
     return ""
+
+
+def loaded_wrappers(code: str) -> list:
+    """Inductor's loaded wrapper modules whose source is ``code`` (the graph that ran)."""
+    from pathlib import Path
+
+    from torch._inductor.codecache import PyCodeCache
+
+    out = []
+    for module in list(PyCodeCache.modules):
+        try:
+            if Path(module.__file__).read_text() == code:
+                out.append(module)
+        except (OSError, AttributeError, TypeError):
+            continue
+    return out
+
+
+def describe_config(config: Any) -> str:
+    """A Triton launch configuration in words: its block sizes, warps and stages."""
+    kwargs = ", ".join(f"{k}={v}" for k, v in sorted(getattr(config, "kwargs", {}).items()))
+    return f"{kwargs} num_warps={getattr(config, 'num_warps', '?')} num_stages={getattr(config, 'num_stages', '?')}"
+
+
+def launch_configs(code: str) -> dict[str, str]:
+    """Kernel name -> the configuration it launches with, for each Triton kernel of the loaded wrapper
+    whose source is ``code``.  After the first call of an autotuned kernel that is the one
+    autotuning picked ("picked of N: ..."); before it, the candidates ("N candidates")."""
+    out: dict[str, str] = {}
+    for module in loaded_wrappers(code):
+        for name, tuner in vars(module).items():
+            launchers = getattr(tuner, "launchers", None)
+            configs = getattr(tuner, "configs", None) or []
+            if not launchers and not configs:
+                continue
+            if launchers and len(launchers) == 1:
+                picked = describe_config(getattr(launchers[0], "config", None))
+                out[name] = f"picked of {len(configs)}: {picked}" if len(configs) > 1 else picked
+            else:
+                out[name] = f"{len(launchers or configs)} candidates, not yet tuned"
+    return out

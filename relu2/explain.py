@@ -206,45 +206,18 @@ def _compiled_kernels(path, x, caches: Path) -> list[Kernel]:
     code = serving_code(path, x)
     if not code:
         return [Kernel("?", "?", accesses_from="dynamo picked no graph this process compiled")]
+    from relu2.compiled import launch_configs
+
     kernels = []
-    modules = _loaded_wrappers(code)
+    configs = launch_configs(code)
     for name, language, source in wrapper_kernels(code):
-        kernel = Kernel(name, language, source=source, launch=_launch_config(modules, name))
+        kernel = Kernel(name, language, source=source, launch=configs.get(name, ""))
         if language == "triton":
             kernel.accesses, kernel.accesses_from = _ptx_of(name, caches)
         else:
             kernel.accesses_from = "C++ for the CPU: no GPU load/store instructions"
         kernels.append(kernel)
     return kernels
-
-
-def _loaded_wrappers(code: str) -> list:
-    """Inductor's loaded wrapper modules whose source is ``code`` (the graph that ran)."""
-    from torch._inductor.codecache import PyCodeCache
-
-    out = []
-    for module in list(PyCodeCache.modules):
-        try:
-            if Path(module.__file__).read_text() == code:
-                out.append(module)
-        except (OSError, AttributeError, TypeError):
-            continue
-    return out
-
-
-def _launch_config(modules: list, kernel_name: str) -> str:
-    """The configuration inductor launched ``kernel_name`` with (block size, warps), read off its autotuner."""
-    for module in modules:
-        tuner = getattr(module, kernel_name, None)
-        launchers = getattr(tuner, "launchers", None)
-        if launchers:
-            config = getattr(launchers[0], "config", None)
-            if config is not None:
-                return f"{getattr(config, 'kwargs', {})} num_warps={getattr(config, 'num_warps', '?')}"
-        configs = getattr(tuner, "configs", None)
-        if configs:
-            return f"candidates: {[str(c) for c in configs]}"
-    return ""
 
 
 def _ptx_of(kernel_name: str, caches: Path) -> tuple[list[Access], str]:

@@ -115,8 +115,9 @@ VLLM_SEQ: tuple[int, ...] = (1, 16, 64, 1024)
 VLLM_HIDDEN: tuple[int, ...] = (3072, 9728, 12288)
 VLLM_TOKENS: tuple[int, ...] = tuple(sorted({b * s for b in VLLM_BATCH for s in VLLM_SEQ}))
 VLLM_DTYPE = "bfloat16"  # the benchmark's default
-# relu² widths of NVIDIA's Nemotron models (the MLP intermediate size; the shared experts' for MoE).
+# relu² widths of NVIDIA's Nemotron models (the MLP intermediate size; the experts' for MoE).
 NEMOTRON_WIDTHS: Mapping[int, str] = {
+    1856: "Nemotron-3-Nano routed experts (top-6 of 128: 6 rows a token)",
     3712: "Nemotron-3-Nano shared expert",
     5376: "Nemotron-3-Super shared expert",
     12288: "Nemotron-H 4B",
@@ -129,8 +130,15 @@ NEMOTRON_WIDTHS: Mapping[int, str] = {
 # Decode CUDA graphs cover 1-512 tokens; prefill runs up to 8192-16384.
 NEMOTRON_TOKENS: tuple[int, ...] = (1, 8, 64, 512, 2048, 8192, 16384)
 NEMOTRON_DTYPE = "bfloat16"
-# The relu² paths vLLM can run, and the roofline.
-VLLM_IMPLS: tuple[str, ...] = ("eager", "compile_dynamic", "compile_dim0", "fused", "copy")
+# A routed expert's relu² runs on [tokens x top_k, width] (vllm/model_executor/models/nemotron_h.py):
+# at these widths a cell of T tokens is (T * top_k, width).  No other suite has these widths.
+ROUTED_TOP_K: Mapping[int, int] = {1856: 6}
+# The relu² paths vLLM can run (each path NemotronH takes: maybe_compile, the model-level backend,
+# the routed experts' in-place eager, vLLM's CUDA kernel), the fused kernel, and the roofline.
+VLLM_IMPLS: tuple[str, ...] = ("eager", "compile_dynamic", "compile_dim0", "compile_model", "eager_inplace", "fused",
+                               "vllm_cuda", "copy")
+# vLLM's own benchmark grid compares its kernel with the native path and its compiled forms.
+VLLM_SHAPES_IMPLS: tuple[str, ...] = ("eager", "compile_dynamic", "compile_dim0", "fused", "vllm_cuda", "copy")
 # Widths measured with both warm-up orders side by side (the widest Nemotron-H one, and the one where
 # marking only dim 0 dynamic was seen slower than eager).
 WARMUP_WIDTHS: tuple[int, ...] = (12288, 3712)
@@ -180,6 +188,12 @@ def default_sizes(device: str) -> tuple[int, ...]:
     return DEFAULT_SIZES if device == "cuda" else tuple(n for n in DEFAULT_SIZES if n <= CPU_MAX_NUMEL)
 
 
+def activation_shape(tokens: int, hidden: int) -> tuple[int, int]:
+    """The relu² input of ``tokens`` tokens at width ``hidden``: (tokens, hidden), or (tokens x top_k,
+    hidden) at a routed expert's width (``ROUTED_TOP_K``)."""
+    return (tokens * ROUTED_TOP_K.get(hidden, 1), hidden)
+
+
 def geometry(params: Mapping[str, Any]) -> tuple[int, str]:
     """``(numel, shape)`` of a suite's cell from its parameters (``numel``, or ``tokens`` and
     ``hidden``); ValueError when they name no size."""
@@ -187,8 +201,8 @@ def geometry(params: Mapping[str, Any]) -> tuple[int, str]:
         numel = int(params["numel"])
         return numel, format_shape(grid_shape(numel))
     if "tokens" in params and "hidden" in params:
-        tokens, hidden = int(params["tokens"]), int(params["hidden"])
-        return tokens * hidden, format_shape((tokens, hidden))
+        shape = activation_shape(int(params["tokens"]), int(params["hidden"]))
+        return math.prod(shape), format_shape(shape)
     raise ValueError(f"no size parameter (numel, or tokens and hidden) in {sorted(params)}")
 
 
@@ -249,9 +263,10 @@ def grid_cells(impls: Iterable[str], dtypes: Iterable[str] = DTYPES, sizes: Iter
 
 def model_cells(impls: Iterable[str], tokens: Iterable[int] = MODEL_TOKENS, hidden: Iterable[int] = MODEL_HIDDEN,
                 dtypes: Iterable[str] = (MODEL_DTYPE,)) -> list[Cell]:
-    """The activation shapes a model sees: (tokens, hidden) for each implementation, grouped by input."""
+    """The activation shapes a model sees (``activation_shape``) for each implementation, grouped by input."""
     impls = list(impls)
-    return [Cell(impl, dtype, t * h, (t, h)) for dtype in dtypes for h in hidden for t in tokens for impl in impls]
+    return [Cell(impl, dtype, math.prod(shape), shape) for dtype in dtypes for h in hidden for t in tokens
+            for shape in [activation_shape(t, h)] for impl in impls]
 
 
 # --- implementations ------------------------------------------------------------------------------
@@ -275,6 +290,7 @@ BUILTIN_STYLES: Mapping[str, Style] = {
     "compile": Style("#56B4E9", "s"),
     "compile_dynamic": Style("#0072B2", "D"),
     "compile_dim0": Style("#E69F00", "P"),
+    "compile_model": Style("#F0E442", "p"),
     "fused": Style("#009E73", "^"),
     "triton": Style("#CC79A7", "v"),
     "copy": Style("#666666", "."),

@@ -45,6 +45,12 @@ def compile_dim0() -> Implementation:
     return vllm.compiled("compile_dim0")
 
 
+def compile_model() -> Implementation:
+    from relu2_impls import vllm
+
+    return vllm.compiled("compile_model")
+
+
 def compile_dynamic_1tok() -> Implementation:
     from relu2_impls import vllm
 

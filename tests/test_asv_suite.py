@@ -95,9 +95,21 @@ def test_asv_discovers_the_suites(tmp_path):
     assert vllm["param_names"] == ["impl", "tokens", "hidden"]
     assert vllm["params"][1] == [str(t) for t in (1, 16, 64, 128, 256, 1024, 2048, 8192, 16384, 131072)]
     assert vllm["params"][2] == ["3072", "9728", "12288"]
+    assert vllm["params"][0] == ["'eager'", "'compile_dynamic'", "'compile_dim0'", "'fused'", "'vllm_cuda'", "'copy'"]
     nemotron = found["bench_relu2.Nemotron.track_hot"]
-    assert nemotron["params"][0] == ["'eager'", "'compile_dynamic'", "'compile_dim0'", "'fused'", "'copy'"]
-    assert nemotron["params"][2] == [str(w) for w in (3712, 5376, 12288, 15680, 20480, 21504, 30720, 32768)]
+    assert nemotron["params"][0] == ["'eager'", "'compile_dynamic'", "'compile_dim0'", "'compile_model'",
+                                     "'eager_inplace'", "'fused'", "'vllm_cuda'", "'copy'"]
+    assert nemotron["params"][2] == [str(w) for w in (1856, 3712, 5376, 12288, 15680, 20480, 21504, 30720, 32768)]
+
+
+def test_the_routed_experts_width_is_measured_at_six_rows_a_token(bench):
+    """Nemotron-3-Nano's routed experts run relu² on [tokens x 6, 1856]; readers agree on the shape."""
+    from relu2.schema import geometry
+
+    cell = bench.Nemotron.cell("eager", 8, 1856)
+    assert cell.shape == (48, 1856)
+    assert geometry({"impl": "eager", "tokens": "8", "hidden": "1856"}) == (48 * 1856, "48x1856")
+    assert bench.Nemotron.cell("eager", 8, 3712).shape == (8, 3712)
 
 
 def _discovered_benchmarks_json(tmp_path: Path) -> dict:

@@ -251,7 +251,10 @@ def test_build_failure_makes_fused_unavailable_with_the_compiler_error(tmp_path,
     for attr in ("_module", "_info", "_ops"):
         monkeypatch.setattr(fused, attr, None)
     monkeypatch.setattr(fused, "_failures", {})
-    monkeypatch.setitem(registry._registry, "fused", registry.BUILTINS["fused"])
+    from relu2_impls import entry_points
+
+    monkeypatch.setitem(registry._registry, "fused", entry_points.fused)
+    monkeypatch.setattr(registry, "_resolved", registry._resolved - {"fused"})
 
     impl = registry.get("fused")
     assert not impl.available

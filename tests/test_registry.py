@@ -128,7 +128,11 @@ def test_compiled_paths_fail_loudly_instead_of_falling_back(name):
     compiled = Compiled(name, recipe(name))  # a fresh function: a cache of its own
     assert torch._dynamo.config.fail_on_recompile_limit_hit
     assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
-    assert compiled.recipe.options["triton.autotune_pointwise"] is False  # heuristic configs, no timing lottery
+    options = dict(compiled.recipe.options or {})
+    if name == "compile":  # the instrument's baseline: heuristic configs, no timing lottery
+        assert options["triton.autotune_pointwise"] is False
+    else:  # vLLM's paths: inductor's default, as vLLM leaves it
+        assert "triton.autotune_pointwise" not in options
     first, second, third = RECOMPILES[name]
     with torch._dynamo.config.patch(recompile_limit=2):  # a small limit, restored afterwards
         compiled(first)
