@@ -152,17 +152,22 @@ def _measure_all(device: str) -> dict:
     import relu2
 
     print(f"relu2: measured by the instrument at {os.path.dirname(relu2.__file__)}", file=sys.stderr)
-    measured = {}
+    measured, results = {}, []
     start = time.perf_counter()
     # A kernel that crashes or hangs costs its own cells only; RELU2_TIMEOUT bounds a hang.
     with sweep.measurer(list(seen), device, timeout_s=timeout_from_env()) as measurer:
-        print(f"relu2: workers ready in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        ready = time.perf_counter() - start
+        print(f"relu2: workers ready in {ready:.0f} s", file=sys.stderr)
         for name, cells in plan:
             began = time.perf_counter()
-            for result in sweep.run_sweep(cells, device=device, budget=budget, measurer=measurer).results:
+            swept = sweep.run_sweep(cells, device=device, budget=budget, measurer=measurer)
+            results += list(swept.results) + list(swept.references.values())
+            for result in swept.results:
                 measured[_key(result.cell)] = _entry(result)
             print(f"relu2: {name}: {len(cells)} cells in {time.perf_counter() - began:.0f} s", file=sys.stderr)
-    print(f"relu2: measured {len(measured)} cells on {device} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    print(f"relu2: measured {len(measured)} cells on {device} in {time.perf_counter() - start:.0f} s "
+          f"(workers starting: {ready:.0f} s)", file=sys.stderr)
+    print(sweep.cost_table(results), file=sys.stderr)
     return {"device": device, "cells": measured}
 
 

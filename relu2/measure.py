@@ -8,6 +8,8 @@ mode) with the reason.  This is what a sweep worker runs for each cell it is sen
 from __future__ import annotations
 
 import gc
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -50,6 +52,9 @@ class CellResult:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     peak_bytes: int | None = None
     kernel: str = ""  # the implementation's fingerprint of what ran for this input
+    # Where the cell's time went, by phase ("prepare", "agreement", "fingerprint", each mode,
+    # "peak memory"): what a commit's measurement costs, and where rounds can be paid for.
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def median(self, mode: str) -> float:
         """The mode's median in seconds, NaN when it was not timed."""
@@ -72,13 +77,17 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
         return all_modes(cell, modes, "failed", impl.reason)
     if not impl.supports(device):
         return all_modes(cell, modes, "skipped", impl.why_not(device))
+    seconds: dict[str, float] = {}
     try:
         if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
-            impl.prepare(dtype_of(cell.dtype), cell.shape, device)
+            with _phase(seconds, "prepare"):
+                impl.prepare(dtype_of(cell.dtype), cell.shape, device)
         if impl.is_relu2:
-            check_agreement(impl, _input(cell, device))  # a torch.compile'd implementation compiles here, untimed
+            with _phase(seconds, "agreement"):  # a torch.compile'd implementation compiles here, untimed
+                check_agreement(impl, _input(cell, device))
         x = _input(cell, device)
-        kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
+        with _phase(seconds, "fingerprint"):
+            kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
     except AgreementError as e:
         return all_modes(cell, modes, "failed", str(e))
     except torch.OutOfMemoryError as e:
@@ -88,16 +97,28 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
         free_memory(device)
         return all_modes(cell, modes, "failed", f"agreement check raised {describe(e)}")
 
-    result = CellResult(cell, "ok", kernel=kernel)
+    result = CellResult(cell, "ok", kernel=kernel, seconds=seconds)
     for mode in modes:
-        result.outcomes[mode] = _time_mode(impl, x, mode, budget, device)
+        with _phase(seconds, mode):
+            result.outcomes[mode] = _time_mode(impl, x, mode, budget, device)
     try:
-        result.peak_bytes = peak_memory_bytes(impl.fn, x)
+        with _phase(seconds, "peak memory"):
+            result.peak_bytes = peak_memory_bytes(impl.fn, x)
     except Exception:  # a side figure; the timings stand without it
         result.peak_bytes = None
     del x
     free_memory(device, collect=False)
     return result
+
+
+@contextmanager
+def _phase(seconds: dict[str, float], name: str):
+    """Add the wall time of the block to ``seconds[name]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
 
 
 def _input(cell: Cell, device: str) -> torch.Tensor:

@@ -375,3 +375,29 @@ def _row_key(row: Row) -> RowKey:
 
 def _cell_key(cell: Cell, mode: str) -> RowKey:
     return (cell.impl, cell.dtype, cell.numel, cell.shape_str, mode)
+
+
+def cost_table(results: Iterable["CellResult"]) -> str:
+    """Where a measurement's time went: seconds by implementation and phase (``CellResult.seconds``),
+    with totals; each distinct cell once."""
+    by_impl: dict[str, dict[str, float]] = {}
+    seen: set[Cell] = set()
+    for result in results:
+        if result.cell in seen:
+            continue
+        seen.add(result.cell)
+        row = by_impl.setdefault(result.cell.impl, {})
+        for phase, s in result.seconds.items():
+            row[phase] = row.get(phase, 0.0) + s
+    phases = sorted({p for row in by_impl.values() for p in row})
+    lines = ["relu2: seconds by implementation and phase", "  " + "impl".ljust(22) +
+             "".join(p.rjust(12) for p in [*phases, "total"])]
+    totals = {p: 0.0 for p in phases}
+    for impl, row in sorted(by_impl.items()):
+        lines.append("  " + impl.ljust(22) + "".join(f"{row.get(p, 0.0):12.1f}" for p in phases) +
+                     f"{sum(row.values()):12.1f}")
+        for p in phases:
+            totals[p] += row.get(p, 0.0)
+    lines.append("  " + "all".ljust(22) + "".join(f"{totals[p]:12.1f}" for p in phases) +
+                 f"{sum(totals.values()):12.1f}")
+    return "\n".join(lines)
