@@ -67,6 +67,7 @@ def test_every_commit_is_measured_by_todays_instrument_or_left_out_with_its_reas
     oldest = first_with_interface(project)
     before = git(project, "rev-parse", f"{oldest}~1")
     head = git(project, "rev-parse", "HEAD")
+    previous = git(project, "rev-parse", "HEAD~1")
     # A commit whose own instrument is broken: if asv measured it with its own ruler, nothing would time.
     # The checkout asv runs in stays at HEAD: its working tree is the instrument.
     git(project, "checkout", "-q", "-b", "broken-ruler")
@@ -76,7 +77,7 @@ def test_every_commit_is_measured_by_todays_instrument_or_left_out_with_its_reas
     broken = git(project, "rev-parse", "HEAD")
     git(project, "checkout", "-q", "main")
     hashes = tmp_path / "commits.txt"
-    hashes.write_text("\n".join([before, oldest, head, broken]) + "\n")
+    hashes.write_text("\n".join([before, oldest, previous, head, broken]) + "\n")
     config = json.loads((project / "asv.conf.json").read_text())
     config["results_dir"] = str(tmp_path / "results")
     (project / "asv.test.json").write_text(json.dumps(config))
@@ -87,7 +88,7 @@ def test_every_commit_is_measured_by_todays_instrument_or_left_out_with_its_reas
     assert "1 commit(s) not measured" in run.stderr and before[:8] in run.stderr
     assert "predates the implementations interface 1" in run.stderr
     measured = results_of(tmp_path / "results" / "ci")
-    assert set(measured) == {oldest, head, broken}  # none empty, none missing
+    assert set(measured) == {oldest, previous, head, broken}  # none empty, none missing
     for commit, values in measured.items():
         assert all(v is not None and 0 < v < 1 for v in values), (commit, values)
     ledger = (tmp_path / "results" / "ci" / "unmeasured.tsv").read_text()
