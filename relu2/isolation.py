@@ -51,7 +51,13 @@ _KILL_GRACE_S = 5.0
 
 
 def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
-    """``$RELU2_TIMEOUT`` in seconds, else ``default``; ValueError for anything but a positive number."""
+    """``$RELU2_TIMEOUT`` in seconds, else ``default``; UsageError (a ValueError) for anything but a
+    positive finite number.  The one reading of the variable: ``relu2 sweep``, ``relu2 asv run`` and
+    the suites all call this."""
+    import math
+
+    from relu2.machine import UsageError
+
     text = os.environ.get(ENV_TIMEOUT, "").strip()
     if not text:
         return default
@@ -59,8 +65,8 @@ def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise ValueError(f"{ENV_TIMEOUT}={text!r}: expected a positive number of seconds")
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{ENV_TIMEOUT}={text!r}: expected a positive number of seconds")
     return value
 
 

@@ -63,13 +63,15 @@ def latest_commit(rows: Sequence[Row]) -> tuple[str, str]:
 
 def select_commit(rows: Sequence[Row], commit: str | None = None, machine: str | None = None) -> list[Row]:
     """The rows of one machine at one commit: ``commit`` (a prefix) or the latest; ValueError when none match."""
+    from relu2.machine import UsageError
+
     rows = [r for r in rows if machine is None or r.machine == machine]
     if commit:
         matches = sorted({r.commit for r in rows if r.commit.startswith(commit)})
         if not matches:
-            raise ValueError(f"no results for commit {commit!r}")
+            raise UsageError(f"no results for commit {commit!r}")
         if len(matches) > 1:
-            raise ValueError(f"commit {commit!r} is ambiguous: {', '.join(m[:12] for m in matches)}")
+            raise UsageError(f"commit {commit!r} is ambiguous: {', '.join(m[:12] for m in matches)}")
         picked = [r for r in rows if r.commit == matches[0]]
         m = latest_commit(picked)[0]
         return [r for r in picked if r.machine == m]
