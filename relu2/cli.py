@@ -13,6 +13,7 @@ import argparse
 import math
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -413,8 +414,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = build_parser().parse_args(argv)
+
+    def one_line(message, category, filename, lineno, file=None, line=None) -> None:
+        # A warning is for the user, not a pointer into relu2's source: one line naming the command.
+        print(f"relu2 {args.command}: warning: {message}", file=sys.stderr)
+
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = one_line
+            return args.func(args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
