@@ -192,10 +192,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
         commit = resolve_commit(source, commit, args.machine)
     elif commit:
         commit = machine.git_resolve(commit, machine.repo_of(source)) or commit
-    written = plot.plot_all(rows, Path(args.out), commit=commit, repo=machine.repo_of(source))
-    for path in written:
+    drawn = plot.plot_all(rows, Path(args.out), commit=commit, repo=machine.repo_of(source))
+    for path in drawn:
         print(path)
-    return 0
+    plot.say_missing(drawn, "relu2 plot")
+    return 1 if "all" in drawn.missing else 0  # a plot command that draws nothing has a finding
 
 
 def cmd_export(args: argparse.Namespace) -> int:

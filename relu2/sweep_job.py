@@ -123,6 +123,7 @@ def finish(rows: list, out: Path, partial: Path) -> int:
     # Removed only now: were the table or the plots interrupted, a re-run still resumes at once.
     partial.unlink(missing_ok=True)
     print(f"\nwrote {out / 'sweep.csv'} and {len(drawn)} plot files in {out}/")
+    plot.say_missing(drawn, "relu2 sweep")
     failed = [r for r in rows if r.status == schema.FAILED]
     if failed:
         print(f"{len(failed)} figures FAILED (not timed): see the table above", file=sys.stderr)
