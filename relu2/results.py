@@ -103,25 +103,31 @@ def write_csv(rows: Iterable[Row], path: str | os.PathLike) -> None:
     atomic_write_text(path, csv_text(rows))
 
 
-def read_csv(path: str | os.PathLike) -> list[Row]:
+def read_csv(path: str | os.PathLike, complete_lines_only: bool = False) -> list[Row]:
     """Rows from a CSV written by ``write_csv``, or by an older relu2 with fewer columns.
 
     A missing column with a default is filled with it; a missing derived column is derived again.
-    ValueError naming the file when it is not a results CSV.
+    ``complete_lines_only``: a last line without its newline (a write cut short) is left out, the
+    complete rows kept.  CsvError naming the file when it is not a results CSV.
     """
     path = Path(path)
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            present = set(reader.fieldnames or ())
-            missing = [c.name for c in COLUMNS if c.required and c.derive is None and c.name not in present]
-            if missing:
-                raise CsvError(f"{path}: not a relu2 results CSV (missing columns: {', '.join(missing)})")
-            raw = list(enumerate(reader, start=2))
+            text = f.read()
+        if complete_lines_only and not text.endswith("\n"):
+            # write_csv ends every row with a newline: one without it was cut short, and a cut in a
+            # number still parses (3.4e-0 for 3.4e-06), so only the newline tells.
+            text = text[: text.rfind("\n") + 1]
     except UnicodeDecodeError:
         raise CsvError(f"{path}: not a relu2 results CSV (not UTF-8 text)") from None
     except OSError as e:
         raise CsvError(f"{path}: cannot read: {e.strerror or e}") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    present = set(reader.fieldnames or ())
+    missing = [c.name for c in COLUMNS if c.required and c.derive is None and c.name not in present]
+    if missing:
+        raise CsvError(f"{path}: not a relu2 results CSV (missing columns: {', '.join(missing)})")
+    raw = list(enumerate(reader, start=2))
     rederive = any(c.derive is not None and c.name not in present for c in COLUMNS)
     rows = []
     for line_no, record in raw:

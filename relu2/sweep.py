@@ -347,7 +347,7 @@ def _resume_from(
     if not checkpoint.exists():
         return {}
     try:
-        saved = read_csv(checkpoint)
+        saved = read_csv(checkpoint, complete_lines_only=True)
     except (OSError, ValueError) as e:
         # The checkpoint is only a cache of figures this command can measure again, so an
         # unreadable one costs time, never data: warn and start over rather than make the user
