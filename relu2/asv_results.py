@@ -404,11 +404,17 @@ def _records_of_result(path: Path, machine: str, result, benchmarks: dict[str, B
         if info is None:
             # A benchmark since removed from the suite: asv publish ignores it too.
             continue
+        raw = getattr(result, "_results", {}).get(name)
+        if not isinstance(raw, (list, type(None))):  # asv reads a string row character by character
+            raise ResultsError(f"{path}: malformed result for {name}: a {type(raw).__name__} where asv writes "
+                               "a list of columns")
         try:
             param_values = result.get_result_params(name) or []
             values = result.get_result_value(name, param_values)
             stats = result.get_result_stats(name, param_values)
             samples = result.get_result_samples(name, param_values)
+            if not all(isinstance(p, list) for p in param_values):
+                raise ValueError(f"parameters {param_values!r} are not lists of values")
             combos = list(itertools.product(*param_values))
         except (TypeError, ValueError, KeyError, IndexError) as e:
             raise ResultsError(f"{path}: malformed result for {name}: {e}") from None
@@ -417,7 +423,6 @@ def _records_of_result(path: Path, machine: str, result, benchmarks: dict[str, B
                           f"{len(info.param_names)}; an older layout, left out", stacklevel=3)
             continue
         # asv's getters pad a short list with None (which would read as failures): check the raw one.
-        raw = getattr(result, "_results", {}).get(name)
         if isinstance(raw, list) and len(raw) != len(combos):
             raise ResultsError(f"{path}: malformed result for {name}: {len(raw)} values for {len(combos)} cells")
         if not (len(values) == len(stats) == len(samples) == len(combos)):

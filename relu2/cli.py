@@ -13,6 +13,7 @@ import argparse
 import math
 import re
 import sys
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -69,17 +70,31 @@ def _csv_list(choices: Sequence[str] | None = None):
     return parse
 
 
-def _positive(kind: type):
+def _number(kind: type, minimum: float = 0.0, strict: bool = True):
+    """A finite number above ``minimum`` (or at least it, ``strict=False``); the error echoes the text as typed."""
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not a {kind.__name__}: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        if not math.isfinite(value):  # inf and nan parse as floats, and then time nothing
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        if not (value > minimum if strict else value >= minimum):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {minimum:g}, got {text!r}")
         return value
 
     return parse
+
+
+def _positive(kind: type):
+    return _number(kind)
+
+
+def _out_dir(text: str) -> str:
+    """An output folder; an empty name would write into the current folder unasked."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"not a folder: {text!r} (name the output folder)")
+    return text
 
 
 def _fail(command: str, message: str) -> int:
@@ -135,67 +150,20 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from relu2 import machine, plot, sweep
-    from relu2.report import format_table
-    from relu2.results import write_csv
-    from relu2.timing import Budget
+    from relu2 import machine, sweep, sweep_job
+    from relu2.isolation import timeout_from_env
 
     device = machine.resolve_device(args.device)
-    known = sweep.registered_names()
-    names = list(args.impl or [n for n in known if n in schema.DEFAULT_IMPLS or n not in schema.BUILTIN_IMPLS])
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        return _fail("sweep", f"unknown implementation(s): {', '.join(unknown)}; known: {', '.join(known)}")
-    if schema.ROOFLINE not in names:
-        names.append(schema.ROOFLINE)  # the roofline every figure is compared with
-    sizes = args.sizes or schema.default_sizes(device)
-    cells = [] if args.no_grid else schema.grid_cells(names, args.dtype, sizes)
-    if args.model_shapes:
-        cells += schema.model_cells(names)
-    if args.vllm_shapes:  # vLLM's own benchmark grid, in the dtypes asked for
-        cells += schema.model_cells(names, schema.VLLM_TOKENS, schema.VLLM_HIDDEN, args.dtype)
-    if args.nemotron:
-        cells += schema.model_cells(names, schema.NEMOTRON_TOKENS, schema.NEMOTRON_WIDTHS, (schema.NEMOTRON_DTYPE,))
-    if not cells:
-        return _fail("sweep", "no cells: --no-grid needs --model-shapes, --vllm-shapes or --nemotron")
-    sweep.check_fits(cells, device)  # UsageError before anything runs
-    out = Path(args.out)
-    budget = Budget(samples=args.samples, sample_ms=args.sample_ms)
-    warning = machine.contention_warning(device, set())
-    if warning:
-        print(f"relu2 sweep: warning: {warning}", file=sys.stderr)
-    # Rows are checkpointed input by input, so Ctrl-C (or a kill) loses at most the input being
-    # measured, and the same command run again measures only what is missing.
-    partial = out / "sweep.partial.csv"
-    try:
-        with sweep.locked(out, "relu2 sweep"), \
-                sweep.measurer(cells, device, isolate=not args.in_process, timeout_s=args.timeout,
-                               progress=not args.no_progress) as measurer:
-            absent = {n: measurer.ready(n) for n in args.impl or []}
-            absent = {n: r.why_not(device) for n, r in absent.items() if r is not None and not r.broken and r.why_not(device)}
-            if absent:
-                return _fail("sweep", "cannot run here: " + "; ".join(f"{n}: {why.splitlines()[0]}"
-                                                                       for n, why in absent.items()))
-            print(f"relu2 sweep: {len(cells)} cells x {len(args.modes)} modes on {device}; writing {out}/",
-                  file=sys.stderr)
-            rows = sweep.run_resumable(cells, args.modes, device, args.machine or machine.machine_name(device),
-                                       machine.git_commit(), partial, progress=not args.no_progress, budget=budget,
-                                       measurer=measurer)
-    except KeyboardInterrupt:
-        kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
-        print(f"\nrelu2 sweep: interrupted; {kept}. Run the same command again (same --out, commit and "
-              "machine) to resume from there.", file=sys.stderr)
-        return 130
-    write_csv(rows, out / "sweep.csv")
-    print(format_table(rows))
-    written = plot.plot_all(rows, out, repo=machine.repo_of(out))
-    # Removed only now: were the table or the plots interrupted, a re-run still resumes at once.
-    partial.unlink(missing_ok=True)
-    print(f"\nwrote {out / 'sweep.csv'} and {len(written)} plot files in {out}/")
-    failed = [r for r in rows if r.status == "failed"]
-    if failed:
-        print(f"{len(failed)} figures FAILED (not timed): see the table above", file=sys.stderr)
-    return 1 if failed else 0
+    timeout_s = timeout_from_env()  # checked even under --timeout: one variable, one meaning, everywhere
+    names = sweep_job.implementations(args.impl, sweep.registered_names())
+    cells = sweep_job.plan_cells(names, args.dtype, args.sizes or schema.default_sizes(device), grid=not args.no_grid,
+                                 model_shapes=args.model_shapes, vllm_shapes=args.vllm_shapes, nemotron=args.nemotron)
+    plan = sweep_job.Plan(device=device, cells=tuple(cells), modes=tuple(args.modes), named=tuple(args.impl or ()),
+                          out=Path(args.out), machine=args.machine or machine.machine_name(device),
+                          samples=args.samples, sample_ms=args.sample_ms,
+                          timeout_s=args.timeout or timeout_s, isolate=not args.in_process,
+                          progress=not args.no_progress)
+    return sweep_job.run(plan)
 
 
 def _load_rows(source: Path, machine_name: str | None):
@@ -224,10 +192,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
         commit = resolve_commit(source, commit, args.machine)
     elif commit:
         commit = machine.git_resolve(commit, machine.repo_of(source)) or commit
-    written = plot.plot_all(rows, Path(args.out), commit=commit, repo=machine.repo_of(source))
-    for path in written:
+    drawn = plot.plot_all(rows, Path(args.out), commit=commit, repo=machine.repo_of(source))
+    for path in drawn:
         print(path)
-    return 0
+    plot.say_missing(drawn, "relu2 plot")
+    return 1 if "all" in drawn.missing else 0  # a plot command that draws nothing has a finding
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -355,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", default=None,
                    help="machine name recorded in the CSV (default: the GPU's name on CUDA, else the hostname)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--out", required=True, help="output directory (locked while the sweep runs)")
+    p.add_argument("--out", type=_out_dir, required=True, help="output directory (locked while the sweep runs)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("plot", help="latency, bandwidth, speed-up, memory and history plots",
@@ -363,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "ceiling), speed-up over eager, GPU memory at the peak of a call, and the history of cells "
                        "across commits, as PNG and SVG, from an asv results directory or a sweep.csv.")
     p.add_argument("source", help="asv results directory (e.g. results/) or a sweep.csv")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", type=_out_dir, required=True, help="output directory")
     p.add_argument("--commit", help="commit to plot: a hash, a prefix or a git ref (main~1); default: the latest")
     p.add_argument("--machine", help="machine to plot; default: the latest commit's")
     p.set_defaults(func=cmd_plot)
@@ -392,12 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="the machine of both sides (default: the only one)")
     p.add_argument("--base-machine", help="BASE's machine, e.g. the first of two sessions, or an H100")
     p.add_argument("--head-machine", help="HEAD's machine, e.g. the second session, or an H200")
-    p.add_argument("--factor", type=float, default=None,
+    p.add_argument("--factor", type=_number(float, 1.0, strict=False), default=None,
                    help="one slow-down ratio for every gated cell, instead of the noise model's per band")
-    p.add_argument("--floor-us", type=float, default=None,
+    p.add_argument("--floor-us", type=_number(float, 0.0, strict=False), default=None,
                    help="one absolute floor in µs for every gated cell (default: the noise model's, 0.15 µs "
                    "below 2^22 elements)")
-    p.add_argument("--gate-launch", type=float, default=None, metavar="RATIO",
+    p.add_argument("--gate-launch", type=_number(float, 1.0, strict=False), default=None, metavar="RATIO",
                    help="gate the launch mode too, at this ratio (default: reported, not gated)")
     p.add_argument("--allow-missing", action="append", default=[], metavar="PATTERN",
                    help="cells allowed to vanish at HEAD: an fnmatch pattern of the cell's label, e.g. "
@@ -446,8 +415,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     args = build_parser().parse_args(argv)
+
+    def one_line(message, category, filename, lineno, file=None, line=None) -> None:
+        # A warning is for the user, not a pointer into relu2's source: one line naming the command.
+        print(f"relu2 {args.command}: warning: {message}", file=sys.stderr)
+
     try:
-        return args.func(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = one_line
+            return args.func(args)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
@@ -458,8 +434,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _is_usage_error(e: BaseException) -> bool:
-    """A bad path, a malformed or unreadable file, a device or size that is not here: exit 2, one line."""
-    if isinstance(e, (OSError, ValueError)):  # relu2.machine.UsageError is a ValueError
+    """Input refused at the boundary: exit 2, one line.  Only the types the code raises for bad input
+    count (a device or size that is not here, a malformed or unwritable file, an unknown commit); any
+    other error is a bug, and its traceback is what a user must report."""
+    from relu2.machine import UsageError
+    from relu2.results import CsvError, WriteError
+
+    if isinstance(e, (UsageError, CsvError, WriteError, argparse.ArgumentError)):
         return True
     if "relu2.asv_results" in sys.modules:
         from relu2.asv_results import ResultsError

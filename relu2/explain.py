@@ -152,7 +152,9 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
 
     impl = get(name)
     if not impl.supports(device):
-        raise ValueError(f"{name} cannot run on {device}: {impl.why_not(device).splitlines()[0]}")
+        from relu2.machine import UsageError
+
+        raise UsageError(f"{name} cannot run on {device}: {impl.why_not(device).splitlines()[0]}")
     torch_dtype = dtype_of(dtype)
     warmup = ""
     if isinstance(impl.fn, Compiled):

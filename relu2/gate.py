@@ -39,7 +39,7 @@ from relu2.asv_results import (
     machines,
     resolve_commit,
 )
-from relu2.schema import MODE_NAMES, geometry_numel, kernel_hex, quantile
+from relu2.schema import MODE_NAMES, OK, geometry_numel, kernel_hex, quantile
 
 
 class GateInputError(ResultsError):
@@ -190,9 +190,17 @@ class GateReport:
         return self.base_machine if self.base_machine == self.head_machine else f"{self.base_machine} -> {self.head_machine}"
 
     @property
+    def nothing_compared(self) -> str:
+        """Why no cell could be compared ("" when some were): a gate that compared nothing passed nothing."""
+        if self.compared:
+            return ""
+        return (f"base {self.base[:8]} on {self.base_machine} has no ok figure to compare with "
+                "(its result file holds none): no comparison is not a pass")
+
+    @property
     def exit_code(self) -> int:
-        """1 when head regressed, newly fails or lost a cell somewhere, else 0."""
-        return 1 if self.regressions or self.new_failures or self.vanished else 0
+        """1 when head regressed, newly fails or lost a cell somewhere, or nothing was compared; else 0."""
+        return 1 if self.regressions or self.new_failures or self.vanished or self.nothing_compared else 0
 
     @property
     def verdict(self) -> str:
@@ -203,6 +211,14 @@ class GateReport:
                 f"{_count(self.vanished, 'vanished cell')}; {_count(self.improvements, 'improvement')}, "
                 f"{len(self.not_gated)} not gated; {self.compared} cells compared")
 
+    def notes(self) -> list[str]:
+        """What a reader must know before the tables: nothing compared; one commit on two machines."""
+        notes = [self.nothing_compared] if self.nothing_compared else []
+        if self.base == self.head:
+            notes.append(f"base and head are one commit ({self.base[:8]}): an A/A between "
+                         f"{self.base_machine} and {self.head_machine}")
+        return notes
+
     def header(self) -> str:
         return (f"base {self.base[:8]} on {self.base_machine} ({self.base_date}) -> "
                 f"head {self.head[:8]} on {self.head_machine} ({self.head_date})")
@@ -212,6 +228,7 @@ class GateReport:
     def format(self) -> str:
         """Plain text: verdict first, then each finding, then the resolution."""
         lines = [f"relu2 gate: {self.verdict} (exit {self.exit_code}): {self.summary()}", self.header()]
+        lines += [f"relu2 gate: {note}" for note in self.notes()]
         lines += _table("REGRESSIONS (slower beyond the noise model, significant)", self.regressions)
         lines += _table("NEW FAILURES (ok at base, failed at head; see the asv log)", self.new_failures)
         lines += _table("VANISHED (ok at base, no result at head: skipped, missing or benchmark gone)", self.vanished)
@@ -226,6 +243,7 @@ class GateReport:
         """A pull-request comment: verdict first, then the flagged cells, then the resolution."""
         mark = "❌" if self.exit_code else "✅"
         lines = [f"### {mark} relu2 gate: {self.verdict}", "", f"{self.summary()}.", "", self.header().replace("->", "→")]
+        lines += [f"\n**{note}**" for note in self.notes()]
         for title, changes in (("Regressions", self.regressions), ("New failures", self.new_failures),
                                ("Vanished cells", self.vanished)):
             if changes:
@@ -270,13 +288,24 @@ class GateReport:
         return CPU_WHY if self.cpu and "factor" not in self.overrides else LAUNCH_WHY
 
     def render(self, fmt: str) -> str:
-        if fmt == "json":
-            return json.dumps(self.as_json(), indent=2, sort_keys=True)
+        if fmt == "json":  # strict JSON: NaN is no JSON value, and clients other than Python reject it
+            return json.dumps(_json_safe(self.as_json()), indent=2, sort_keys=True, allow_nan=False)
         return self.markdown() if fmt == "markdown" else self.format()
 
 
 # ---------------------------------------------------------------------------------------------
 # pure helpers
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (no figure) as None, which JSON spells null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
 
 
 def _is_number(x: float | None) -> bool:
@@ -591,10 +620,15 @@ def gate(
         raise
     except ResultsError as e:
         raise GateInputError(str(e)) from None
+    if base_full == head_full and bm == hm:
+        raise GateInputError(f"base {base!r} and head {head!r} are one commit ({base_full[:8]}) on one machine "
+                             f"({bm}): nothing to compare; an A/A across two machines takes --base-machine and "
+                             "--head-machine")
     base_by_key, head_by_key = _by_key(base_records), _by_key(head_records)
     found = compare(base_by_key, head_by_key, options, _kernels(base_records), _kernels(head_records))
     return GateReport(
-        base_machine=bm, head_machine=hm, base=base_full, head=head_full, compared=len(base_by_key),
+        base_machine=bm, head_machine=hm, base=base_full, head=head_full,
+        compared=sum(1 for r in base_by_key.values() if r.status == OK and not r.benchmark.endswith(".track_kernel")),
         base_date=iso_date(base_dates.get(base_full))[:10], head_date=iso_date(head_dates.get(head_full))[:10],
         resolution=resolution(list(base_by_key.values()), options),
         spread=spread(base_by_key, head_by_key) if with_spread else [], cpu=options.cpu,

@@ -51,7 +51,13 @@ _KILL_GRACE_S = 5.0
 
 
 def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
-    """``$RELU2_TIMEOUT`` in seconds, else ``default``; ValueError for anything but a positive number."""
+    """``$RELU2_TIMEOUT`` in seconds, else ``default``; UsageError (a ValueError) for anything but a
+    positive finite number.  The one reading of the variable: ``relu2 sweep``, ``relu2 asv run`` and
+    the suites all call this."""
+    import math
+
+    from relu2.machine import UsageError
+
     text = os.environ.get(ENV_TIMEOUT, "").strip()
     if not text:
         return default
@@ -59,8 +65,8 @@ def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not value > 0:
-        raise ValueError(f"{ENV_TIMEOUT}={text!r}: expected a positive number of seconds")
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{ENV_TIMEOUT}={text!r}: expected a positive number of seconds")
     return value
 
 
@@ -83,6 +89,10 @@ class Ready:
 def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str) -> None:
     """Resolve ``name``, say ready, then measure every cell sent until told to stop or the context breaks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle, not ours
+    # Stopped (a timeout, the pool closing): leave through Python's exit, whose finalizers unlink the
+    # semaphores this process made (tqdm's lock, a compile pool's queues).  Killed outright, they were
+    # left to the resource tracker, which warned of "leaked semaphore objects" at shutdown.
+    signal.signal(signal.SIGTERM, _leave)
     import faulthandler
 
     faulthandler.enable()  # a segfault in a kernel prints the Python stack it came from
@@ -117,6 +127,10 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
         conn.send(("result", result, broken))
         if broken:
             return
+
+
+def _leave(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _broken_context(device: str) -> str:
@@ -157,7 +171,10 @@ class _Worker:
             except (OSError, ValueError):
                 pass
             self.process.join(_KILL_GRACE_S)
-        if self.process.is_alive():
+        if self.process.is_alive():  # busy (a hang, a cell past its timeout): ask it to exit cleanly
+            self.process.terminate()
+            self.process.join(_KILL_GRACE_S)
+        if self.process.is_alive():  # stuck where Python cannot run its exit: nothing else is left
             self.process.kill()
             self.process.join()
         self.conn.close()

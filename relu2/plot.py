@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
 from relu2.results import Row, atomic_write_text  # noqa: E402
+from relu2.schema import OK, STATUSES  # noqa: E402
 from relu2.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape, parse_shape  # noqa: E402
 from relu2.schema import mode as mode_of  # noqa: E402
 
@@ -38,7 +39,7 @@ DPI = 150
 
 def ok_rows(rows: Iterable[Row]) -> list[Row]:
     """Rows with a usable figure (status ok, finite positive median)."""
-    return [r for r in rows if r.status == "ok" and math.isfinite(r.median_s) and r.median_s > 0]
+    return [r for r in rows if r.status == OK and math.isfinite(r.median_s) and r.median_s > 0]
 
 
 def is_grid_row(row: Row) -> bool:
@@ -63,13 +64,15 @@ def latest_commit(rows: Sequence[Row]) -> tuple[str, str]:
 
 def select_commit(rows: Sequence[Row], commit: str | None = None, machine: str | None = None) -> list[Row]:
     """The rows of one machine at one commit: ``commit`` (a prefix) or the latest; ValueError when none match."""
+    from relu2.machine import UsageError
+
     rows = [r for r in rows if machine is None or r.machine == machine]
     if commit:
         matches = sorted({r.commit for r in rows if r.commit.startswith(commit)})
         if not matches:
-            raise ValueError(f"no results for commit {commit!r}")
+            raise UsageError(f"no results for commit {commit!r}")
         if len(matches) > 1:
-            raise ValueError(f"commit {commit!r} is ambiguous: {', '.join(m[:12] for m in matches)}")
+            raise UsageError(f"commit {commit!r} is ambiguous: {', '.join(m[:12] for m in matches)}")
         picked = [r for r in rows if r.commit == matches[0]]
         m = latest_commit(picked)[0]
         return [r for r in picked if r.machine == m]
@@ -91,6 +94,16 @@ def number_label(value: float) -> str:
     if value >= 1:
         return f"{value:,.0f}"
     return f"{value:.3g}"
+
+
+def ratio_label(value: float) -> str:
+    """A speed-up tick with two or three significant digits: 0.002×, 0.19×, 1.5×, 12×, 1,024×."""
+    if value >= 100:
+        return f"{value:,.0f}×"
+    return f"{value:.3g}×" if value >= 1 else f"{value:.2g}×"
+
+
+HEADROOM = 1.08  # above a linear axis's highest line or ceiling, so neither touches the frame
 
 
 def short_commit(commit: str) -> str:
@@ -266,9 +279,11 @@ def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
                                     label="memory floor: bytes ÷ copy's GB/s\nat its largest size"))
         _size_axis(ax, (r.numel for r in sub))
         _log_y(ax)
-        # The floor of tiny inputs is far below any launch; don't let it squash the data.
-        ax.set_ylim(bottom=0.5 * min(min(r.q25_s, r.median_s) for r in rows) * 1e6)
         ax.set_title(f"{dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else dtype)
+    # Once, after every panel (they share y): the floor of tiny inputs is far below any launch, so it
+    # must not squash the data, and the top holds every panel's highest figure.
+    axes[0].set_ylim(0.5 * min(min(r.q25_s, r.median_s) for r in rows) * 1e6,
+                     2 * max(max(r.q75_s, r.median_s) for r in rows) * 1e6)
     axes[0].set_ylabel("latency per call (µs, median; band: IQR)")
     fig.suptitle(title_of("latency", rows))
     _legend(fig, impl_order(r.impl for r in rows), modes, extra + _flag_handle(rows))
@@ -301,9 +316,12 @@ def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Seque
                 extra.append(Line2D([], [], color="black", linestyle=(0, (1, 2)), linewidth=1.6,
                                     label="copy ceiling: copy's GB/s\nat its largest size"))
         _size_axis(ax, (r.numel for r in sub))
-        ax.set_ylim(bottom=0)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_title(f"{dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else dtype)
+    # Set once all panels are drawn: the panels share y, and a limit set inside the loop froze it at
+    # the first panel's data, so a later panel's lines and ceiling ran off the top.
+    ceilings = [c for c in (copy_ceiling_gbps([r for r in rows if r.dtype == d]) for d in dtypes) if c]
+    axes[0].set_ylim(0, HEADROOM * max([r.gbps for r in rows] + ceilings))
     axes[0].set_ylabel("achieved bandwidth (GB/s, read + write)")
     fig.suptitle(title_of("bandwidth", rows))
     _legend(fig, impl_order(r.impl for r in rows), modes, extra + _flag_handle(rows))
@@ -345,7 +363,7 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
         _size_axis(ax, (r.numel for r in sub))
         ax.set_yscale("log", base=2)
         ax.yaxis.set_major_locator(FixedLocator(ticks))  # the panels share y: one set for all
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: ratio_label(v)))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.grid(True, which="major", axis="y", alpha=0.3)
         ax.set_title(dtype)
@@ -503,25 +521,75 @@ def history_cells(rows: Sequence[Row]) -> list[tuple[str, str, int, str]]:
     return [(impl, dtype, numel, mode) for impl in impls]
 
 
+class Drawn(list):
+    """The files ``plot_all`` wrote (PNG and SVG), and ``missing``: each promised plot not drawn -> why."""
+
+    def __init__(self, files: Sequence[Path] = (), missing: dict[str, str] | None = None) -> None:
+        super().__init__(files)
+        self.missing: dict[str, str] = dict(missing or {})
+
+
+def nothing_to_draw(rows: Sequence[Row]) -> str:
+    """Why ``rows`` hold no figure to draw ("" when they hold one): how many failed, were skipped, were NaN."""
+    if ok_rows(rows):
+        return ""
+    counts = {s: sum(1 for r in rows if r.status == s) for s in STATUSES}
+    unusable = counts[OK]  # ok in name, but no finite positive median (NaN, -1)
+    parts = [f"{n} {s}" for s, n in counts.items() if n and s != OK]
+    if unusable:
+        parts.append(f"{unusable} {OK} without a finite positive median")
+    return f"none of the {len(rows)} figures can be drawn ({', '.join(parts) or 'no rows'})"
+
+
+def why_no_speedup(rows: Sequence[Row]) -> str:
+    good = size_rows(ok_rows(rows))
+    if not any(r.impl == BASELINE for r in good):
+        return f"no ok {BASELINE} figure to divide by (every {BASELINE} figure failed, was skipped or is NaN)"
+    return f"no implementation but {BASELINE} has an ok figure in hot or launch mode beside an ok {BASELINE} one"
+
+
 def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None = None,
-             repo: str | os.PathLike | None = None) -> list[Path]:
+             repo: str | os.PathLike | None = None) -> Drawn:
     """Latency, bandwidth, speed-up and peak memory at one commit (default: the latest), plus history.
 
     ``repo`` is the git checkout the rows belong to (it orders same-second commits).  Returns every
-    file written (PNG and SVG); [] when no row has a usable figure.  Raises ValueError for a
-    ``commit`` prefix matching no row or several commits.
+    file written (PNG and SVG), with ``missing`` saying which promised plot was not drawn and why;
+    nothing is drawn when the commit has no usable figure (``missing["all"]``).  Raises UsageError
+    for a ``commit`` prefix matching no row or several commits.
     """
-    if not ok_rows(rows):
-        return []
-    at = select_commit(rows, commit)
-    written: list[Path] = []
-    written += plot_latency(at, out_dir)
-    written += plot_bandwidth(at, out_dir)
-    written += plot_speedup(at, out_dir)
-    written += plot_memory(at, out_dir)
-    written += plot_tokens(at, out_dir)
+    at = select_commit(rows, commit) if rows else []
+    empty = nothing_to_draw(at)
+    if empty:
+        return Drawn(missing={"all": empty})
+    drawn = Drawn()
+    drawn += plot_latency(at, out_dir)
+    drawn += plot_bandwidth(at, out_dir)
+    speedup = plot_speedup(at, out_dir)
+    drawn += speedup
+    if not speedup:
+        drawn.missing["speedup"] = why_no_speedup(at)
+    memory = plot_memory(at, out_dir)
+    drawn += memory
+    if not memory:
+        drawn.missing["memory"] = "no peak-memory figure: it is measured on CUDA only"
+    tokens = plot_tokens(at, out_dir)
+    drawn += tokens
+    if not tokens and token_rows(ok_rows(at)):
+        drawn.missing["tokens"] = "fewer than two token counts share a width"
     machine = at[0].machine
     mine = [r for r in rows if r.machine == machine]
-    for impl, dtype, numel, mode in history_cells(mine):
-        written += plot_history(mine, impl, dtype, numel, mode, out_dir, repo=repo)
-    return written
+    cells = history_cells(mine)
+    for impl, dtype, numel, mode in cells:
+        drawn += plot_history(mine, impl, dtype, numel, mode, out_dir, repo=repo)
+    if not cells:
+        drawn.missing["history"] = "results of one commit only: a history needs two"
+    return drawn
+
+
+def say_missing(drawn: Drawn, command: str) -> None:
+    """One stderr line per promised plot not drawn, saying why."""
+    import sys
+
+    for name, why in drawn.missing.items():
+        what = "nothing to draw" if name == "all" else f"no {name} plot"
+        print(f"{command}: {what}: {why}", file=sys.stderr)

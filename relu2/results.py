@@ -31,6 +31,14 @@ Row.__doc__ = ("One figure: one implementation on one input in one timing mode, 
 _NAN = float("nan")
 
 
+class CsvError(ValueError):
+    """A file that is not a relu2 results CSV; the message names the file (and the line)."""
+
+
+class WriteError(OSError):
+    """A result file that cannot be written where asked; the message names the path."""
+
+
 def make_row(
     *, machine: str, commit: str, date: str, impl: str, dtype: str, numel: int, shape: str, mode: str,
     status: str, reason: str = "", median_s: float = _NAN, q25_s: float = _NAN, q75_s: float = _NAN,
@@ -61,7 +69,7 @@ def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
-        raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
+        raise WriteError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     umask = os.umask(0)  # mkstemp makes the file owner-only; give it the mode a plain open() would
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
@@ -74,7 +82,7 @@ def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise OSError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
+        raise WriteError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -95,30 +103,38 @@ def write_csv(rows: Iterable[Row], path: str | os.PathLike) -> None:
     atomic_write_text(path, csv_text(rows))
 
 
-def read_csv(path: str | os.PathLike) -> list[Row]:
+def read_csv(path: str | os.PathLike, complete_lines_only: bool = False) -> list[Row]:
     """Rows from a CSV written by ``write_csv``, or by an older relu2 with fewer columns.
 
     A missing column with a default is filled with it; a missing derived column is derived again.
-    ValueError naming the file when it is not a results CSV.
+    ``complete_lines_only``: a last line without its newline (a write cut short) is left out, the
+    complete rows kept.  CsvError naming the file when it is not a results CSV.
     """
     path = Path(path)
     try:
         with open(path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            present = set(reader.fieldnames or ())
-            missing = [c.name for c in COLUMNS if c.required and c.derive is None and c.name not in present]
-            if missing:
-                raise ValueError(f"{path}: not a relu2 results CSV (missing columns: {', '.join(missing)})")
-            raw = list(enumerate(reader, start=2))
+            text = f.read()
+        if complete_lines_only and not text.endswith("\n"):
+            # write_csv ends every row with a newline: one without it was cut short, and a cut in a
+            # number still parses (3.4e-0 for 3.4e-06), so only the newline tells.
+            text = text[: text.rfind("\n") + 1]
     except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a relu2 results CSV (not UTF-8 text)") from None
+        raise CsvError(f"{path}: not a relu2 results CSV (not UTF-8 text)") from None
+    except OSError as e:
+        raise CsvError(f"{path}: cannot read: {e.strerror or e}") from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    present = set(reader.fieldnames or ())
+    missing = [c.name for c in COLUMNS if c.required and c.derive is None and c.name not in present]
+    if missing:
+        raise CsvError(f"{path}: not a relu2 results CSV (missing columns: {', '.join(missing)})")
+    raw = list(enumerate(reader, start=2))
     rederive = any(c.derive is not None and c.name not in present for c in COLUMNS)
     rows = []
     for line_no, record in raw:
         try:
             values = {c.name: _parse(c, record[c.name]) for c in COLUMNS if c.name in present}
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{path}:{line_no}: malformed row: {e}") from None
+            raise CsvError(f"{path}:{line_no}: malformed row: {e}") from None
         for c in COLUMNS:
             if c.name not in values and not c.required:
                 values[c.name] = c.default

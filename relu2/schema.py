@@ -94,6 +94,14 @@ def quantile(samples: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+# --- the fate of a figure -------------------------------------------------------------------------
+
+OK = "ok"  # measured: agreement checked, then timed
+FAILED = "failed"  # not timed: it disagreed, crashed, hung or raised (the reason says which)
+SKIPPED = "skipped"  # not timed: it cannot run here (no CUDA, out of memory)
+STATUSES: tuple[str, ...] = (OK, FAILED, SKIPPED)
+
+
 # --- the grid -------------------------------------------------------------------------------------
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")
@@ -438,7 +446,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("roofline_fraction", float, "copy's median / this median, same input and mode (1.0: as fast as a copy)",
            derive=_roofline_fraction, header="% copy",
            format=lambda x: "-" if _nan_if_missing(x) else f"{100 * x:.0f}%"),
-    Column("status", str, "ok, failed or skipped"),
+    Column("status", str, ", ".join(STATUSES[:-1]) + " or " + STATUSES[-1]),
     Column("reason", str, "why a figure is failed or skipped", default=""),
     Column("peak_bytes", float, "GPU memory allocated at the peak of one call (NaN off CUDA)", unit="B",
            default=float("nan"), header="peak mem", format=format_bytes),

@@ -175,7 +175,7 @@ def run_sweep(
 
 @contextmanager
 def locked(out: Path, what: str) -> Iterator[None]:
-    """Hold an exclusive lock on the folder ``out`` (creating it) for the block.
+    """Hold an exclusive lock on the folder ``out`` (creating it) for the block; no lock file outlives it.
 
     A second sweep into the same folder would interleave its checkpoint with this one's and spoil
     both sets of figures by contention: it gets a UsageError naming who holds the lock.
@@ -186,23 +186,37 @@ def locked(out: Path, what: str) -> Iterator[None]:
 
     from relu2.machine import UsageError
 
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create {out}: {e.strerror or e}") from None
     path = out / ".relu2.lock"
-    with open(path, "a+") as f:
+    while True:
+        f = open(path, "a+")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             f.seek(0)
             holder = f.read().strip() or "another process"
+            f.close()
             raise UsageError(f"{out} is in use by {holder}; wait for it to finish or choose another --out") from None
+        # The holder before us removes the file as it leaves: a lock taken on a removed file locks
+        # nothing, so take it again on the file that is there now.
+        try:
+            if os.fstat(f.fileno()).st_ino == os.stat(path).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        f.close()
+    try:
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()} on {socket.gethostname()} ({what}) since {now_iso()}\n")
         f.flush()
-        try:
-            yield
-        finally:
-            f.truncate(0)  # the lock dies with the file handle; an empty file names nobody
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # removed while still held, so no one takes a lock on a dying file
+        f.close()
 
 
 def registered_names() -> list[str]:
@@ -333,7 +347,7 @@ def _resume_from(
     if not checkpoint.exists():
         return {}
     try:
-        saved = read_csv(checkpoint)
+        saved = read_csv(checkpoint, complete_lines_only=True)
     except (OSError, ValueError) as e:
         # The checkpoint is only a cache of figures this command can measure again, so an
         # unreadable one costs time, never data: warn and start over rather than make the user

@@ -100,14 +100,14 @@ def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path, capsys):
     with sweep.locked(out, "relu2 sweep (the first)"):
         _refused(["sweep", "--device", "cpu", "--impl", "eager", "--sizes", "2^10", "--no-progress",
                   "--out", str(out)], capsys, "is in use by pid", "relu2 sweep (the first)")
-    assert sorted(p.name for p in out.iterdir()) == [".relu2.lock"]
+    assert sorted(p.name for p in out.iterdir()) == []  # the lock file goes with its holder
 
 
 def test_a_machine_folder_without_results_is_no_machine(tmp_path, capsys):
     results = fx.copy_results(tmp_path / "results")
     (results / "empty-box").mkdir()
     shutil.copy(results / fx.MACHINE / "machine.json", results / "empty-box" / "machine.json")
-    assert cli.main(["gate", fx.COMMIT_2[:8], fx.COMMIT_2[:8], "--results", str(results)]) == 0
+    assert cli.main(["gate", fx.COMMIT_1[:8], fx.COMMIT_2[:8], "--results", str(results)]) == 0
 
 
 def test_an_unwritable_output_is_named_not_its_temporary_file(tmp_path, capsys):
@@ -120,3 +120,61 @@ def test_binary_garbage_given_to_plot_is_named(tmp_path, capsys):
     garbage.write_bytes(bytes(range(256)) * 16)
     _refused(["plot", str(garbage), "--out", str(tmp_path / "plots")], capsys, str(garbage))
     assert not (tmp_path / "plots").exists()
+
+
+# --- issue 19: nothing silent ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option, value", [("--sample-ms", "inf"), ("--sample-ms", "nan"), ("--sample-ms", "-1"),
+                                           ("--timeout", "inf"), ("--samples", "0")])
+def test_a_number_that_times_nothing_is_refused_when_parsed(option, value, tmp_path, capsys):
+    out = tmp_path / "o1"
+    _refused(["sweep", "--device", "cpu", "--impl", "eager", option, value, "--out", str(out)], capsys,
+             option, repr(value))
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["sweep", "--device", "cpu"], ["plot", str(fx.RESULTS)]])
+def test_an_empty_output_folder_is_refused(command, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _refused([*command, "--out", ""], capsys, "--out", "''")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_refused_sweep_leaves_nothing_and_a_finished_one_no_lock(tmp_path, capsys):
+    out = tmp_path / "o1"
+    if NO_GPU:  # refused after the workers report: still nothing written
+        _refused(["sweep", "--impl", "triton", "--device", "cpu", "--sizes", "2^10", "--no-progress",
+                  "--out", str(out)], capsys, "cannot run here", "triton")
+        assert not out.exists()
+    assert cli.main(["sweep", "--device", "cpu", "--impl", "eager", "--dtype", "float32", "--sizes", "2^10",
+                     "--modes", "hot", "--samples", "2", "--sample-ms", "0.2", "--no-progress", "--in-process",
+                     "--out", str(out)]) == 0
+    assert not (out / ".relu2.lock").exists()
+
+
+@pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf", "0"])
+def test_a_bad_relu2_timeout_is_refused_by_sweep(value, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RELU2_TIMEOUT", value)
+    out = tmp_path / "o1"
+    _refused(["sweep", "--device", "cpu", "--impl", "eager", "--sizes", "2^10", "--no-progress", "--out", str(out)],
+             capsys, f"RELU2_TIMEOUT={value!r}")
+    assert not out.exists()
+
+
+def test_the_gate_echoes_a_bad_floor_as_typed(capsys):
+    _refused(["gate", fx.COMMIT_2[:8], fx.COMMIT_3[:8], "--results", str(fx.RESULTS), "--floor-us", "-5"], capsys,
+             "--floor-us", "'-5'")
+
+
+def test_a_bug_is_not_unusable_input(monkeypatch, tmp_path):
+    from relu2 import plot
+
+    def broken(*args, **kwargs):
+        raise ValueError("a bug in plotting")
+
+    monkeypatch.setattr(plot, "plot_all", broken)
+    with pytest.raises(ValueError, match="a bug in plotting"):
+        cli.main(["plot", str(fx.RESULTS), "--out", str(tmp_path / "plots")])
+    assert cli._is_usage_error(relu2.machine.UsageError("bad input"))
+    assert not cli._is_usage_error(OSError("a bug")) and not cli._is_usage_error(KeyError("a bug"))

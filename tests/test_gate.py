@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -68,11 +69,57 @@ def test_slowdown_within_factor_passes(results):
     assert report.exit_code == 0 and report.regressions == []
 
 
-def test_equal_commits_pass():
-    report = gate(fx.RESULTS, fx.COMMIT_3, fx.COMMIT_3)
+def _second_machine(results: Path, name: str = "other-box") -> str:
+    shutil.copytree(results / fx.MACHINE, results / name)
+    for path in (results / name).glob("*.json"):  # asv checks the name in machine.json and in each result
+        data = json.loads(path.read_text())
+        if "params" in data:
+            data["params"]["machine"] = name
+        else:
+            data["machine"] = name
+        path.write_text(json.dumps(data))
+    return name
+
+
+def test_one_commit_on_one_machine_is_no_comparison(results):
+    with pytest.raises(GateInputError, match="one commit .* on one machine"):
+        gate(fx.RESULTS, fx.COMMIT_3, fx.COMMIT_3[:8])
+    other = _second_machine(results)  # an A/A across two machines is legitimate, and says what it is
+    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine=other)
     assert report.exit_code == 0
     assert (report.regressions, report.new_failures, report.improvements) == ([], [], [])
     assert report.compared > 0 and "PASS (exit 0)" in report.format()
+    assert "base and head are one commit" in report.format() and "one commit" in report.markdown()
+
+
+def test_a_base_with_no_results_is_not_a_pass(results):
+    path = fx.result_file(results, fx.COMMIT_2)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "results": {}}))
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert report.compared == 0 and report.exit_code == 1 and report.verdict == "FAIL"
+    assert "no comparison is not a pass" in report.format()
+
+
+def test_a_result_row_that_is_a_string_names_the_file_and_the_row(results, recwarn):
+    path = fx.result_file(results, fx.COMMIT_2)
+    data = json.loads(path.read_text())
+    data["results"][fx.PLANTED_BENCH] = "garbage"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ResultsError, match=f"{path.name}.*{fx.PLANTED_BENCH}"):
+        gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
+
+
+def test_json_is_strict_json(results):
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    report.resolution[0] = dataclasses.replace(report.resolution[0], fastest_s=float("nan"))
+    text = report.render("json")
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    data = json.loads(text, parse_constant=refuse)
+    assert data["resolution"][0]["fastest_s"] is None
 
 
 def test_newly_failing_cell_fails_the_gate(results):
@@ -85,11 +132,12 @@ def test_newly_failing_cell_fails_the_gate(results):
 
 def test_a_newly_skipped_cell_fails_unless_allowed(results):
     fx.edit_cell(results, fx.COMMIT_2, *COLD_EAGER, skip=True)
-    assert gate(results, fx.COMMIT_2[:8], fx.COMMIT_2[:8]).exit_code == 0  # skipped on both sides
-    report = gate(results, fx.COMMIT_1, fx.COMMIT_2)
+    other = _second_machine(results)  # skipped on both sides: an A/A of commit 2 on two machines
+    assert gate(results, fx.COMMIT_2[:8], fx.COMMIT_2[:8], base_machine=fx.MACHINE, head_machine=other).exit_code == 0
+    report = gate(results, fx.COMMIT_1, fx.COMMIT_2, machine=fx.MACHINE)
     assert labels(report.vanished) == ["Grid.track_cold(impl=eager, dtype=float32, numel=65536)"]
     assert report.exit_code == 1 and "VANISHED" in report.format()
-    allowed = gate(results, fx.COMMIT_1, fx.COMMIT_2, allow_missing=["Grid.track_cold(impl=eager,*"])
+    allowed = gate(results, fx.COMMIT_1, fx.COMMIT_2, machine=fx.MACHINE, allow_missing=["Grid.track_cold(impl=eager,*"])
     assert allowed.exit_code == 0 and labels(allowed.allowed) == labels(report.vanished)
 
 

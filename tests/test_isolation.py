@@ -124,3 +124,29 @@ def test_a_worker_that_cannot_set_up_says_why():
         (cell,) = grid_cells(["no_such_impl"], ["float32"], [64])
         result = pool.measure(cell, ["hot"], "cpu", None)
     assert result.status == "failed" and "could not set up 'no_such_impl'" in result.reason
+
+
+def holds_a_semaphore_and_hangs(x):
+    import multiprocessing
+
+    holds_a_semaphore_and_hangs.lock = multiprocessing.get_context("spawn").Lock()  # as tqdm's lock does
+    time.sleep(3600)
+
+
+def test_a_worker_stopped_for_a_timeout_leaks_no_semaphore(tmp_path):
+    import subprocess
+
+    script = tmp_path / "stop.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import relu2\nfrom test_isolation import holds_a_semaphore_and_hangs\n"
+        "from relu2.isolation import WorkerPool\nfrom relu2.schema import grid_cells\n"
+        "if __name__ == '__main__':\n"
+        "    relu2.register('holds', holds_a_semaphore_and_hangs, replace=True)\n"
+        "    with WorkerPool(['holds'], 'cpu', timeout_s=2) as pool:\n"
+        "        (cell,) = grid_cells(['holds'], ['float32'], [64])\n"
+        "        print(pool.measure(cell, ['hot'], 'cpu', None).reason)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert "no answer in 2 s" in done.stdout, done.stderr
+    assert "leaked semaphore" not in done.stderr, done.stderr

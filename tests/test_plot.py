@@ -115,3 +115,60 @@ def test_implausible_figures_are_marked_in_the_plots(rows, tmp_path):
     flagged = [dataclasses.replace(r, flags="above-roofline") if r.impl == "fused" else r for r in at]
     assert _flag_handle(at) == [] and _flag_handle(flagged)[0].get_label().startswith("implausible")
     assert plot_latency(flagged, tmp_path)  # draws, with the mark and its legend entry
+
+
+# --- issue 19: every promised plot drawn or its absence explained -----------------------------
+
+
+@pytest.mark.parametrize("median", [float("nan"), -1.0])
+def test_nothing_to_draw_says_why_and_exits_1(rows, tmp_path, capsys, median):
+    from relu2 import cli
+    from relu2.results import write_csv
+
+    at = plot.select_commit(rows, fx.COMMIT_3)
+    write_csv([dataclasses.replace(r, median_s=median) for r in at], tmp_path / "sweep.csv")
+    assert cli.main(["plot", str(tmp_path / "sweep.csv"), "--out", str(tmp_path / "X")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing to draw" in err[0] and "figures" in err[0]
+    assert not (tmp_path / "X").exists()
+    failed = [dataclasses.replace(r, status="failed") for r in at]  # every cell of the commit asked for failed
+    assert cli.main(["plot", str(fx.RESULTS), "--commit", fx.COMMIT_3[:8], "--out", str(tmp_path / "Y")]) == 0
+    drawn = plot.plot_all(rows[: 0] + failed, tmp_path / "Z")
+    assert list(drawn) == [] and "failed" in drawn.missing["all"] and not (tmp_path / "Z").exists()
+
+
+def test_a_plot_not_drawn_is_named_with_the_reason(rows, tmp_path):
+    at = plot.select_commit(rows, fx.COMMIT_3)
+    no_eager = [dataclasses.replace(r, median_s=float("nan")) if r.impl == "eager" else r for r in at]
+    drawn = plot.plot_all(no_eager, tmp_path)
+    assert "speedup" not in {p.stem for p in drawn} and "eager" in drawn.missing["speedup"]
+    cpu = [dataclasses.replace(r, peak_bytes=float("nan")) for r in at]
+    assert "CUDA" in plot.plot_all(cpu, tmp_path / "cpu").missing["memory"]
+    assert "history" in plot.plot_all(at, tmp_path / "one").missing
+
+
+def test_speedup_ticks_read_as_ratios():
+    assert [plot.ratio_label(v) for v in (2**-9, 0.1875, 1.0, 1.5, 12.0, 1024.0)] == [
+        "0.002×", "0.19×", "1×", "1.5×", "12×", "1,024×"]
+
+
+def test_every_line_and_ceiling_is_inside_the_axes(rows, tmp_path, monkeypatch):
+    limits: dict[str, list[tuple[float, float]]] = {}
+    save = plot._save
+
+    def recording(fig, out_dir, stem):
+        limits[stem] = [ax.get_ylim() for ax in fig.axes]
+        return save(fig, out_dir, stem)
+
+    monkeypatch.setattr(plot, "_save", recording)
+    at = plot.select_commit(rows, fx.COMMIT_3)
+    # float32 (the first panel) slow, bfloat16 fast: a limit frozen at the first panel cuts the others off
+    at = [dataclasses.replace(r, median_s=r.median_s * 8, q25_s=r.q25_s * 8, q75_s=r.q75_s * 8)
+          if r.dtype == "float32" else r for r in at]
+    plot.plot_bandwidth(at, tmp_path)
+    plot.plot_latency(at, tmp_path)
+    top = max(r.gbps for r in plot.size_rows(plot.ok_rows(at)) if r.mode in ("hot", "cold"))
+    ceiling = max(c for c in (plot.copy_ceiling_gbps(at, d) for d in ("float32", "float16", "bfloat16")) if c)
+    assert all(hi >= max(top, ceiling) for _, hi in limits["bandwidth"])
+    slowest = max(r.q75_s for r in plot.size_rows(plot.ok_rows(at)) if r.mode in ("hot", "cold")) * 1e6
+    assert all(hi >= slowest for _, hi in limits["latency"])

@@ -1,0 +1,130 @@
+"""One ``relu2 sweep`` into one folder: the plan of cells, the lock, the measurer, Ctrl-C, the CSV and plots.
+
+``relu2.sweep`` is the grid engine (check then time each cell, checkpointed input by input); this
+module is the job around it that the command line asks for.  Input is refused (UsageError) before
+anything is written: an implementation named that cannot run here, a bad ``$RELU2_TIMEOUT``, an
+input too large for the device.  A finished, failed or interrupted job leaves no lock file.
+
+Exit codes as the command line's: 0 every figure ok, 1 a figure failed, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from relu2 import schema
+from relu2.schema import Cell
+
+if TYPE_CHECKING:
+    from relu2.sweep import Measurer
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a sweep measures and how: every field comes from the command line."""
+
+    device: str
+    cells: tuple[Cell, ...]
+    modes: tuple[str, ...]
+    named: tuple[str, ...]  # implementations asked for by name: absent here is unusable input
+    out: Path
+    machine: str
+    samples: int
+    sample_ms: float
+    timeout_s: float
+    isolate: bool = True
+    progress: bool = True
+
+
+def implementations(asked: Sequence[str] | None, known: Sequence[str]) -> list[str]:
+    """The implementations to sweep (the defaults when none are asked for), roofline last; UsageError
+    naming an unknown one."""
+    from relu2.machine import UsageError
+
+    names = list(asked or [n for n in known if n in schema.DEFAULT_IMPLS or n not in schema.BUILTIN_IMPLS])
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise UsageError(f"unknown implementation(s): {', '.join(unknown)}; known: {', '.join(known)}")
+    if schema.ROOFLINE not in names:
+        names.append(schema.ROOFLINE)  # the roofline every figure is compared with
+    return names
+
+
+def plan_cells(names: Sequence[str], dtypes: Sequence[str], sizes: Sequence[int], *, grid: bool = True,
+               model_shapes: bool = False, vllm_shapes: bool = False, nemotron: bool = False) -> list[Cell]:
+    """The grid (unless ``grid`` is False) plus the model-shape sets asked for; UsageError when empty."""
+    from relu2.machine import UsageError
+
+    cells = schema.grid_cells(names, dtypes, sizes) if grid else []
+    if model_shapes:
+        cells += schema.model_cells(names)
+    if vllm_shapes:  # vLLM's own benchmark grid, in the dtypes asked for
+        cells += schema.model_cells(names, schema.VLLM_TOKENS, schema.VLLM_HIDDEN, dtypes)
+    if nemotron:
+        cells += schema.model_cells(names, schema.NEMOTRON_TOKENS, schema.NEMOTRON_WIDTHS, (schema.NEMOTRON_DTYPE,))
+    if not cells:
+        raise UsageError("no cells: --no-grid needs --model-shapes, --vllm-shapes or --nemotron")
+    return cells
+
+
+def run(plan: Plan) -> int:
+    """Measure ``plan`` into ``plan.out``: CSV, table and plots; 0, 1 (a figure failed) or 130."""
+    from relu2 import machine, sweep
+    from relu2.timing import Budget
+
+    sweep.check_fits(plan.cells, plan.device)  # UsageError before anything runs
+    budget = Budget(samples=plan.samples, sample_ms=plan.sample_ms)
+    warning = machine.contention_warning(plan.device, set())
+    if warning:
+        print(f"relu2 sweep: warning: {warning}", file=sys.stderr)
+    # Rows are checkpointed input by input, so Ctrl-C (or a kill) loses at most the input being
+    # measured, and the same command run again measures only what is missing.
+    partial = plan.out / "sweep.partial.csv"
+    try:
+        with sweep.measurer(plan.cells, plan.device, isolate=plan.isolate, timeout_s=plan.timeout_s,
+                            progress=plan.progress) as measurer:
+            refuse_absent(measurer, plan.named, plan.device)  # before the folder or its lock exists
+            with sweep.locked(plan.out, "relu2 sweep"):
+                print(f"relu2 sweep: {len(plan.cells)} cells x {len(plan.modes)} modes on {plan.device}; "
+                      f"writing {plan.out}/", file=sys.stderr)
+                rows = sweep.run_resumable(plan.cells, plan.modes, plan.device, plan.machine, machine.git_commit(),
+                                           partial, progress=plan.progress, budget=budget, measurer=measurer)
+                return finish(rows, plan.out, partial)
+    except KeyboardInterrupt:
+        kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
+        print(f"\nrelu2 sweep: interrupted; {kept}. Run the same command again (same --out, commit and "
+              "machine) to resume from there.", file=sys.stderr)
+        return 130
+
+
+def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> None:
+    """UsageError when an implementation asked for by name cannot run here (a broken one runs and fails)."""
+    from relu2.machine import UsageError
+
+    ready = {n: measurer.ready(n) for n in named}
+    absent = {n: r.why_not(device) for n, r in ready.items() if r is not None and not r.broken and r.why_not(device)}
+    if absent:
+        raise UsageError("cannot run here: " + "; ".join(f"{n}: {why.splitlines()[0]}" for n, why in absent.items()))
+
+
+def finish(rows: list, out: Path, partial: Path) -> int:
+    """Write the CSV, print the table, draw the plots (saying which were not drawn and why), then drop
+    the checkpoint; 1 when a figure failed."""
+    from relu2 import machine, plot
+    from relu2.report import format_table
+    from relu2.results import write_csv
+
+    write_csv(rows, out / "sweep.csv")
+    print(format_table(rows))
+    drawn = plot.plot_all(rows, out, repo=machine.repo_of(out))
+    # Removed only now: were the table or the plots interrupted, a re-run still resumes at once.
+    partial.unlink(missing_ok=True)
+    print(f"\nwrote {out / 'sweep.csv'} and {len(drawn)} plot files in {out}/")
+    plot.say_missing(drawn, "relu2 sweep")
+    failed = [r for r in rows if r.status == schema.FAILED]
+    if failed:
+        print(f"{len(failed)} figures FAILED (not timed): see the table above", file=sys.stderr)
+    return 1 if failed else 0
