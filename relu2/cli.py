@@ -10,6 +10,7 @@ Exit codes: 0 success; 1 a finding (a disagreement, a failed cell, a regression)
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import sys
@@ -95,6 +96,22 @@ def _out_dir(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"not a folder: {text!r} (name the output folder)")
     return text
+
+
+def _out_file(text: str) -> str:
+    """An output file; an empty name is no file."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"not a file: {text!r} (name the output file)")
+    return text
+
+
+def _target(text: str):
+    from relu2.confirm import parse_target
+
+    try:
+        return parse_target(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _fail(command: str, message: str) -> int:
@@ -220,6 +237,31 @@ def cmd_gate(args: argparse.Namespace) -> int:
         print("\nSPREAD (head/base per implementation and mode, over the cells ok in both)")
         print(gate.format_spread(report.spread, markdown=args.format == "markdown"))
     return report.exit_code
+
+
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from relu2 import confirm, machine
+    from relu2.results import atomic_write_text
+
+    targets = list(args.cell)
+    if args.from_gate:
+        try:
+            report = json.loads(Path(args.from_gate).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
+        targets += confirm.targets_from_gate(report)
+    if not targets:
+        print("relu2 confirm: nothing to confirm (no --cell, and the gate report flags no regression)")
+        return 0
+    repo = machine.repo_of(Path.cwd())
+    if repo is None:
+        return _fail("confirm", "run it inside the git checkout that holds both commits")
+    report = confirm.confirm(repo, args.base, args.head, targets, args.rounds, machine.resolve_device(args.device),
+                             progress=not args.no_progress)
+    if args.out:
+        atomic_write_text(args.out, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
+    print(confirm.format_confirmation(report))
+    return 0
 
 
 def cmd_asv(args: argparse.Namespace) -> int:
@@ -378,6 +420,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text (default), markdown (for a pull-request comment) or json (stable keys, "
                    "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
+
+    p = sub.add_parser("confirm", help="measure flagged cells again, base and head, in fresh interleaved processes",
+                       description="Before a regression fails a pull request, measure the cells the gate flagged "
+                       "again on this box: ROUNDS times, a fresh process with the base's implementations and one "
+                       "with the head's (git worktrees of both commits, each installed into a folder of its own), "
+                       "in alternating order, all with this checkout's instrument. Writes each side's median per "
+                       "round (--out) for relu2 gate --confirmed.")
+    p.add_argument("base", metavar="BASE", help="base commit (any git ref of this checkout)")
+    p.add_argument("head", metavar="HEAD", help="head commit (any git ref of this checkout)")
+    p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
+    p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
+                   help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
+    p.add_argument("--rounds", type=_positive(int), default=3, help="fresh processes per side (default 3)")
+    p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    _add_device(p)
+    p.set_defaults(func=cmd_confirm)
 
     p = sub.add_parser("asv", help="run asv with atomic result writes; e.g. relu2 asv run --skip-existing-commits A..B",
                        description="Run asv (same commands and options) with its JSON files written atomically: "

@@ -228,3 +228,41 @@ def relu_squared(x, out=None):  # the same result, computed 30 times
     assert flagged and all("impl=fused" in line for line in flagged), judged.stdout
     git(judge, "checkout", "-q", head)
     assert gate(judge).returncode == 0  # the head's own gate passes itself: why the base must judge
+
+
+def test_confirm_measures_base_and_head_again_in_fresh_processes(tmp_path):
+    """relu2 confirm builds both commits from worktrees and measures flagged cells round by round:
+    a kernel made 30x slower at head is slower again; eager, which no commit touches, is not."""
+    project = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(project)], check=True)
+    base = git(project, "rev-parse", "HEAD")
+    git(project, "checkout", "-q", "-b", "slower")
+    fused_py = project / "relu2_impls" / "fused.py"
+    fused_py.write_text(fused_py.read_text() + '''
+
+_fast = relu_squared
+
+
+def relu_squared(x, out=None):  # the same result, computed 30 times
+    for _ in range(29):
+        _fast(x)
+    return _fast(x, out)
+''')
+    git(project, "commit", "-qam", "slower")
+    head = git(project, "rev-parse", "HEAD")
+    git(project, "checkout", "-q", base)
+    out = tmp_path / "confirm.json"
+    run = subprocess.run([sys.executable, "-m", "relu2", "confirm", base, head, "--rounds", "2", "--device", "cpu",
+                          "--cell", "fused:float32:65536:hot", "--cell", "eager:float32:65536:hot", "--out", str(out)],
+                         cwd=project, capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, RELU2_CACHE_DIR=str(tmp_path / "kernel-cache")))
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert (report["base"], report["head"], report["rounds"]) == (base, head, 2)
+    by_impl = {c["impl"]: c for c in report["cells"]}
+    for cell in by_impl.values():
+        assert len(cell["base"]) == len(cell["head"]) == 2  # a figure per round and side
+    ratio = {impl: (sorted(c["head"])[0] / sorted(c["base"])[-1]) for impl, c in by_impl.items()}
+    assert ratio["fused"] > 5, report
+    assert 0.2 < by_impl["eager"]["head"][0] / by_impl["eager"]["base"][0] < 5, report
+    assert git(project, "worktree", "list").count("\n") == 0  # the worktrees are gone
