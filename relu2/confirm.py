@@ -158,8 +158,10 @@ def measure_round(side: Side, instrument: Path, targets: Sequence[Target], devic
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(instrument), str(side.site)]), RELU2_MEASURED=measured)
     request = json.dumps({"device": device, "cells": [[t.cell.impl, t.cell.dtype, list(t.cell.shape), t.mode]
                                                       for t in targets]})
+    # cwd: `python -m` puts it first on sys.path, and a checkout there would shadow both the instrument
+    # and the side's implementations; the side's folder holds neither at its top.
     run = subprocess.run([sys.executable, "-m", "relu2.confirm", "--worker"], input=request, env=env,
-                         capture_output=True, text=True, timeout=timeout_s)
+                         capture_output=True, text=True, timeout=timeout_s, cwd=side.site.parent)
     if run.returncode != 0:
         reason = f"the round's process failed: {(run.stderr.strip().splitlines() or [f'exit {run.returncode}'])[-1]}"
         return {(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode): (reason, float("nan")) for t in targets}

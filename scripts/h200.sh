@@ -11,6 +11,7 @@
 #                   machine $RELU2_MACHINE (default h200) into $RELU2_RESULTS (default results);
 #                   RELU2_ASV_BENCH=REGEX passes --bench (with RELU2_BENCH_SUITES, one suite only)
 #     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
+#     gate=BASE,HEAD  relu2 gate on what asv= steps recorded (machine $RELU2_MACHINE), text and the spread
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
@@ -103,10 +104,10 @@ asv_run() {  # asv_run REV [MACHINE [RESULTS_DIR]]
 }
 
 inspect_all() {
-  for args in "compile_dynamic --shape 19418x13824" "compile --shape 19418x13824 --no-source" \
-              "compile_dim0 --shape 19418x13824 --no-source" "compile_dynamic --shape 65536x4096 --no-source" \
-              "compile_dim0 --shape 2048x3712" "compile_dynamic --shape 2048x3712 --no-source" \
-              "compile --shape 2048x3712 --no-source" "fused --shape 19418x13824" "triton --shape 19418x13824"; do
+  for args in "compile_dynamic --shape 2048x12288" "compile_model --shape 2048x12288 --no-source" \
+              "compile_dim0 --shape 2048x12288 --no-source" "compile_dynamic --shape 16384x12288 --no-source" \
+              "compile_dynamic --shape 2048x3712 --no-source" "vllm_cuda --shape 2048x12288" \
+              "fused --shape 19418x13824" "triton --shape 19418x13824"; do
     run "inspect-$(echo "$args" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-40)" python3 -m relu2 inspect $args
   done
 }
@@ -134,8 +135,10 @@ for step in "${@:-smoke}"; do
     inspect) inspect_all ;;
     asv=*) asv_run "${step#asv=}" ;;
     demo=*) demo "${step#demo=}" ;;
+    gate=*) pair=${step#gate=}
+            run gate bash -c "cd /tmp/relu2-repo && python3 -m relu2 gate ${pair%,*} ${pair#*,} --results $RESULTS --machine $MACHINE --spread; echo gate exit \$?" ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
-    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | sweep=ARG+ARG...]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | sweep=ARG+ARG...]..." >&2; exit 2 ;;
   esac
 done
 if [ -d "/tmp/relu2-repo/$RESULTS" ]; then
