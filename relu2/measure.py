@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -75,6 +75,9 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
     try:
         if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
             impl.prepare(dtype_of(cell.dtype), cell.shape, device)
+        # The agreement input and the timed input are two fresh tensors, never one: an implementation
+        # that writes its input (writes_input, declared; check_agreement also hands it a clone) cannot
+        # pass its changed input on to the timers, and each cell makes its own.
         if impl.is_relu2:
             check_agreement(impl, _input(cell, device))  # a torch.compile'd implementation compiles here, untimed
         x = _input(cell, device)
@@ -89,9 +92,19 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
         return all_modes(cell, modes, "failed", f"agreement check raised {describe(e)}")
 
     result = CellResult(cell, "ok", kernel=kernel)
-    for mode in modes:
-        result.outcomes[mode] = _time_mode(impl, x, mode, budget, device)
+    fresh = None if not impl.writes_input else (lambda: _input(cell, device))
+    for i, mode in enumerate(modes):
+        # A writes_input implementation leaves relu(x) where x was: each mode's call series (and the
+        # peak-memory call below) starts from a fresh input of its own, made once the spent one is
+        # dropped, so no series inherits another's.  Within a series the calls after the first see
+        # relu(x): the same work for an elementwise kernel.
+        if fresh is not None and i > 0:
+            x = None
+        result.outcomes[mode] = _time_mode(impl, x, mode, budget, device, fresh)
     try:
+        if fresh is not None:
+            x = None
+            x = fresh()
         result.peak_bytes = peak_memory_bytes(impl.fn, x)
     except Exception:  # a side figure; the timings stand without it
         result.peak_bytes = None
@@ -104,8 +117,14 @@ def _input(cell: Cell, device: str) -> torch.Tensor:
     return random_input(cell.numel, dtype_of(cell.dtype), device).view(cell.shape)
 
 
-def _time_mode(impl: Implementation, x: torch.Tensor, mode: str, budget: Budget | None, device: str) -> Outcome:
+def _time_mode(impl: Implementation, x: torch.Tensor | None, mode: str, budget: Budget | None, device: str,
+               fresh: Callable[[], torch.Tensor] | None = None) -> Outcome:
+    """Time one mode on ``x``, or, when ``x`` is None, on a fresh input from ``fresh()`` made here (so a
+    failure to make it is this mode's outcome, like any other)."""
     try:
+        if x is None:
+            assert fresh is not None
+            x = fresh()
         return Outcome("ok", timing=time_fn(impl.fn, x, mode, budget))
     except torch.OutOfMemoryError as e:
         free_memory(device)
