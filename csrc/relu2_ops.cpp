@@ -158,15 +158,15 @@ at::Tensor vllm_relu_squared(const at::Tensor& x) {
   //  * alignment: any element alignment is accepted; the launcher picks the 128-bit path only when
   //    both bases are 16-byte aligned and d is a multiple of the vector length;
   //  * rows fit one grid dimension (below).
+  // A 0-d tensor is one row of one element (vLLM would reject it: it reads size(-1)).
+  const int64_t width = x.dim() == 0 ? 1 : x.size(-1);
+  const int64_t rows = width == 0 ? 0 : x.numel() / width;
+  TORCH_CHECK(rows <= INT32_MAX, kVllm, ": ", rows, " rows of ", width,
+              " elements; one block per row allows at most 2^31 - 1 rows");
+  const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor src = x.contiguous();
   at::Tensor out = at::empty(src.sizes(), src.options());
   if (src.numel() == 0) return out;
-  // A 0-d tensor is one row of one element (vLLM would reject it: it reads size(-1)).
-  const int64_t width = src.dim() == 0 ? 1 : src.size(-1);
-  const int64_t rows = src.numel() / width;
-  TORCH_CHECK(rows <= INT32_MAX, kVllm, ": ", rows, " rows of ", width,
-              " elements; one block per row allows at most 2^31 - 1 rows");
-  const c10::cuda::CUDAGuard guard(src.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const cudaError_t err = vllm_relu2_cuda_launch(src.const_data_ptr(), out.mutable_data_ptr(), rows, width,
                                                  kernel_dtype(src.scalar_type()), stream);
