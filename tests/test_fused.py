@@ -254,6 +254,7 @@ def test_build_failure_makes_fused_unavailable_with_the_compiler_error(tmp_path,
     from relu2_impls.entry_points import fused as fused_factory  # what the entry point names
 
     monkeypatch.setitem(registry._registry, "fused", fused_factory)
+    monkeypatch.setattr(registry, "_resolved", registry._resolved - {"fused"})
 
     impl = registry.get("fused")
     assert not impl.available
