@@ -2,6 +2,9 @@
 // input at this boundary, and hands dense, non-overlapping buffers to the CPU loop (relu2_cpu.cpp) or,
 // when built with RELU2_WITH_CUDA, the CUDA kernel (relu2_kernel.cu).
 //
+// It also defines relu2::vllm_relu_squared, a kernel of vLLM's `relu_squared` structure
+// (vllm_relu2_kernel.cu: a block per row, NaN -> +0 by design), CUDA only.
+//
 // Fake (meta) kernels and the autograd formula are registered from Python (relu2/fused.py).
 
 // Python.h first, as Python asks; the module it defines is empty and exists so that
@@ -20,6 +23,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "relu2_kernel.h"
+#include "vllm_relu2_kernel.h"
 #endif
 
 namespace relu2 {
@@ -27,6 +31,7 @@ namespace {
 
 constexpr const char* kFunctional = "relu2::relu_squared";
 constexpr const char* kOut = "relu2::relu_squared.out";
+constexpr const char* kVllm = "relu2::vllm_relu_squared";
 
 bool is_supported_dtype(at::ScalarType t) {
   return t == at::kFloat || t == at::kHalf || t == at::kBFloat16 || t == at::kDouble;
@@ -122,6 +127,55 @@ at::Tensor& relu_squared_out(const at::Tensor& x, at::Tensor& out) {
   return out;
 }
 
+// --- relu2::vllm_relu_squared: vLLM's kernel structure, CUDA only ------------------------------
+
+void check_vllm_input(const at::Tensor& x) {
+  // vLLM dispatches float, half and bfloat16 (VLLM_DISPATCH_FLOATING_TYPES); no float64 kernel.
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16,
+              kVllm, ": expected float32, float16 or bfloat16 (the dtypes vLLM's kernel is built for), got ",
+              x.scalar_type());
+}
+
+// A CPU (or other non-CUDA) tensor: vLLM's kernel has no CPU twin, and silently running another
+// kernel would measure the wrong thing.
+at::Tensor vllm_relu_squared_refuse(const at::Tensor& x) {
+  check_vllm_input(x);
+  TORCH_CHECK(false, kVllm, ": CUDA only (a kernel of vLLM's relu_squared structure has no CPU version); got a "
+              "tensor on ", x.device());
+  return {};  // not reached: TORCH_CHECK(false, ...) throws
+}
+
+#ifdef RELU2_WITH_CUDA
+// relu²(x) with NaN -> +0, as a new contiguous tensor of x's shape and dtype.
+//   x: [..., d] (any strides)  ->  out: [..., d], computed as [numel / d, d] rows, one block per row.
+at::Tensor vllm_relu_squared(const at::Tensor& x) {
+  check_vllm_input(x);
+  TORCH_CHECK(x.is_cuda(), kVllm, ": expected a CUDA tensor, got one on ", x.device());
+  // The kernel's assumptions, made true or checked here (vllm_relu2_kernel.h):
+  //  * dense rows: vLLM's kernel assumes a contiguous [..., d]; a strided view is copied here, at the
+  //    boundary, so the kernel (and the timing) sees what vLLM's caller would have to provide;
+  //  * no overlap: `out` is fresh;
+  //  * alignment: any element alignment is accepted; the launcher picks the 128-bit path only when
+  //    both bases are 16-byte aligned and d is a multiple of the vector length;
+  //  * rows fit one grid dimension (below).
+  // A 0-d tensor is one row of one element (vLLM would reject it: it reads size(-1)).
+  const int64_t width = x.dim() == 0 ? 1 : x.size(-1);
+  const int64_t rows = width == 0 ? 0 : x.numel() / width;
+  TORCH_CHECK(rows <= INT32_MAX, kVllm, ": ", rows, " rows of ", width,
+              " elements; one block per row allows at most 2^31 - 1 rows");
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor src = x.contiguous();
+  at::Tensor out = at::empty(src.sizes(), src.options());
+  if (src.numel() == 0) return out;
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  const cudaError_t err = vllm_relu2_cuda_launch(src.const_data_ptr(), out.mutable_data_ptr(), rows, width,
+                                                 kernel_dtype(src.scalar_type()), stream);
+  TORCH_CHECK(err == cudaSuccess, kVllm, ": CUDA kernel launch failed on ", src.device(), " for ", rows, " x ",
+              width, " ", src.scalar_type(), ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  return out;
+}
+#endif
+
 }  // namespace
 }  // namespace relu2
 
@@ -134,17 +188,21 @@ TORCH_LIBRARY(relu2, m) {
 #else
   m.def("relu_squared.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)");
 #endif
+  // Defined in every build (so its fake kernel registers everywhere); only the CUDA build computes.
+  m.def("vllm_relu_squared(Tensor x) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(relu2, CPU, m) {
   m.impl("relu_squared", &relu2::relu_squared);
   m.impl("relu_squared.out", &relu2::relu_squared_out);
+  m.impl("vllm_relu_squared", &relu2::vllm_relu_squared_refuse);
 }
 
 #ifdef RELU2_WITH_CUDA
 TORCH_LIBRARY_IMPL(relu2, CUDA, m) {
   m.impl("relu_squared", &relu2::relu_squared);
   m.impl("relu_squared.out", &relu2::relu_squared_out);
+  m.impl("vllm_relu_squared", &relu2::vllm_relu_squared);
 }
 #endif
 

@@ -1,8 +1,21 @@
-"""The contract: every relu² implementation equals the eager native path bitwise, NaN positions included."""
+"""The contract: every relu² implementation equals the eager native path bitwise, NaN positions included.
+
+An implementation may declare an exception (``relu2.interface.Implementation``), never have one
+silently:
+
+* ``nan_to_zero``: NaN in gives +0 out, as vLLM's CUDA kernel does by design (its ``relu_squared_kernel``
+  computes ``f > 0.0f ? f : 0.0f`` in fp32, and NaN fails the comparison: vLLM's
+  csrc/activation_kernels.cu, PR #39058).  The expected output is then the reference with +0 exactly
+  where the input is NaN, and bitwise equality everywhere else; -0 or a NaN there still fails.  An
+  implementation that maps NaN to 0 without declaring it fails as before.
+* ``writes_input``: the implementation overwrites its input (vLLM's routed experts run
+  ``F.relu(x, inplace=True)``).  It is handed a clone, so the caller's tensor is never spoiled; the
+  reference and the "input unmodified" check use the original.  Undeclared, modifying the input fails.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -79,11 +92,22 @@ def compare_bitwise(got: torch.Tensor, expected: torch.Tensor) -> Mismatch | Non
     )
 
 
+def expected_output(impl: "Implementation", x: torch.Tensor) -> torch.Tensor:
+    """What ``impl`` must return for ``x``: the eager native path's output, with a declared
+    ``nan_to_zero`` applied (+0 exactly where ``x`` is NaN, nothing else changed)."""
+    expected = relu_squared_reference(x)
+    if impl.nan_to_zero:
+        expected = torch.where(torch.isnan(x), torch.zeros_like(expected), expected)  # +0: zeros_like is +0
+    return expected
+
+
 def check_agreement(impl: "Implementation | str", x: torch.Tensor) -> None:
     """Raise AgreementError unless ``impl`` applied to ``x`` equals the eager native path bitwise.
 
-    Same shape, dtype and device are required; NaN must sit exactly where the reference has NaN.
-    The input is not modified by the reference, and is checked to be unmodified by ``impl``.
+    Same shape, dtype and device are required; NaN must sit exactly where the reference has NaN
+    (or, for a declared ``nan_to_zero``, +0 must).  The input is not modified by the reference, and
+    is checked to be unmodified by ``impl``; a declared ``writes_input`` implementation is given a
+    clone of ``x``, so ``x`` is never modified.
     """
     from relu2.registry import get
 
@@ -95,10 +119,13 @@ def check_agreement(impl: "Implementation | str", x: torch.Tensor) -> None:
     impl = get(impl) if isinstance(impl, str) else impl
     if not impl.is_relu2:
         raise ValueError(f"{impl.name} is a reference, not relu²: there is no agreement to check")
-    where = f"{impl.name} on {x.dtype} {tuple(x.shape)} ({x.device.type}, strides {tuple(x.stride())})"
+    declared = f" (declared: {', '.join(impl.declared)})" if impl.declared else ""
+    where = f"{impl.name}{declared} on {x.dtype} {tuple(x.shape)} ({x.device.type}, strides {tuple(x.stride())})"
     before = x.clone()
-    expected = relu_squared_reference(x)
-    got = impl.fn(x)
+    expected = expected_output(impl, x)
+    # A clone keeps x's strides where it can (dense layouts); a stride-0 view becomes contiguous,
+    # since an in-place write to it is an error in torch, not a relu² result.
+    got = impl.fn(x.clone() if impl.writes_input else x)
     if not isinstance(got, torch.Tensor):
         raise AgreementError(f"{where}: returned {type(got).__name__}, not a tensor")
     for what, g, e in (("shape", tuple(got.shape), tuple(expected.shape)), ("dtype", got.dtype, expected.dtype),
@@ -134,6 +161,7 @@ class Matrix:
     entries: tuple[MatrixEntry, ...]
     not_here: dict[str, str]  # implementation -> why it cannot run on this device (skipped)
     broken: dict[str, str]  # implementation -> why the project's own kernel cannot run (a failure)
+    declared: dict[str, tuple[str, ...]] = field(default_factory=dict)  # implementation -> declared exceptions
 
     @property
     def failed(self) -> bool:
@@ -144,7 +172,8 @@ def agreement_matrix(names: list[str], dtypes: list[str], device: str) -> Matrix
     """Check each implementation in ``names`` on every case of ``agreement_cases`` for each dtype.
 
     An implementation that raises counts as disagreeing on that case; one that cannot run on
-    ``device`` is "n/a" unless it is ``broken`` (its build failed), which is a failure.
+    ``device`` is "n/a" unless it is ``broken`` (its build failed), which is a failure.  Declared
+    exceptions are kept beside the verdicts, so the output says what "ok" was held to.
     """
     from relu2.registry import get
     from relu2.inputs import agreement_cases, dtype_of
@@ -152,8 +181,11 @@ def agreement_matrix(names: list[str], dtypes: list[str], device: str) -> Matrix
     entries: list[MatrixEntry] = []
     not_here: dict[str, str] = {}
     broken: dict[str, str] = {}
+    declared: dict[str, tuple[str, ...]] = {}
     for name in names:
         impl = get(name)
+        if impl.declared:
+            declared[name] = impl.declared
         if not impl.supports(device):
             (broken if impl.broken else not_here)[name] = impl.why_not(device)
             entries += [MatrixEntry(name, d, "FAIL" if impl.broken else "n/a") for d in dtypes]
@@ -166,4 +198,4 @@ def agreement_matrix(names: list[str], dtypes: list[str], device: str) -> Matrix
                 except Exception as e:  # AgreementError, or the implementation crashed
                     failures.append(f"[{case.label}]: {e}")
             entries.append(MatrixEntry(name, dtype, f"FAIL({len(failures)})" if failures else "ok", tuple(failures)))
-    return Matrix(device, tuple(dtypes), tuple(entries), not_here, broken)
+    return Matrix(device, tuple(dtypes), tuple(entries), not_here, broken, declared)

@@ -325,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "NaN, ±inf, ±0, subnormals, overflowing squares; odd sizes; sliced, transposed and offset "
                        "views) and compare with torch.square(F.relu(x)) bit for bit. Exit 1 on any disagreement "
                        "or when the project's own kernel cannot build; 2 when an implementation named with --impl "
-                       "cannot run here.")
+                       "cannot run here. An implementation's declared exceptions are shown beside its verdicts: "
+                       "'NaN -> +0' is held to +0 exactly where the input is NaN and bitwise elsewhere; 'writes "
+                       "its input' is given a clone of each input.")
     p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all relu² ones)")
     p.add_argument("--dtype", type=_csv_list(schema.DTYPES), default=list(schema.DTYPES), help="default: all three")
     _add_device(p)

@@ -11,7 +11,7 @@ import gc
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -82,6 +82,9 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
         if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
             with _phase(seconds, "prepare"):
                 impl.prepare(dtype_of(cell.dtype), cell.shape, device)
+        # The agreement input and the timed input are two fresh tensors, never one: an implementation
+        # that writes its input (writes_input, declared; check_agreement also hands it a clone) cannot
+        # pass its changed input on to the timers, and each cell makes its own.
         if impl.is_relu2:
             with _phase(seconds, "agreement"):  # a torch.compile'd implementation compiles here, untimed
                 check_agreement(impl, _input(cell, device))
@@ -98,10 +101,20 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
         return all_modes(cell, modes, "failed", f"agreement check raised {describe(e)}")
 
     result = CellResult(cell, "ok", kernel=kernel, seconds=seconds)
-    for mode in modes:
+    fresh = None if not impl.writes_input else (lambda: _input(cell, device))
+    for i, mode in enumerate(modes):
+        # A writes_input implementation leaves relu(x) where x was: each mode's call series (and the
+        # peak-memory call below) starts from a fresh input of its own, made once the spent one is
+        # dropped, so no series inherits another's.  Within a series the calls after the first see
+        # relu(x): the same work for an elementwise kernel.
+        if fresh is not None and i > 0:
+            x = None
         with _phase(seconds, mode):
-            result.outcomes[mode] = _time_mode(impl, x, mode, budget, device)
+            result.outcomes[mode] = _time_mode(impl, x, mode, budget, device, fresh)
     try:
+        if fresh is not None:
+            x = None
+            x = fresh()
         with _phase(seconds, "peak memory"):
             result.peak_bytes = peak_memory_bytes(impl.fn, x)
     except Exception:  # a side figure; the timings stand without it
@@ -125,8 +138,14 @@ def _input(cell: Cell, device: str) -> torch.Tensor:
     return random_input(cell.numel, dtype_of(cell.dtype), device).view(cell.shape)
 
 
-def _time_mode(impl: Implementation, x: torch.Tensor, mode: str, budget: Budget | None, device: str) -> Outcome:
+def _time_mode(impl: Implementation, x: torch.Tensor | None, mode: str, budget: Budget | None, device: str,
+               fresh: Callable[[], torch.Tensor] | None = None) -> Outcome:
+    """Time one mode on ``x``, or, when ``x`` is None, on a fresh input from ``fresh()`` made here (so a
+    failure to make it is this mode's outcome, like any other)."""
     try:
+        if x is None:
+            assert fresh is not None
+            x = fresh()
         return Outcome("ok", timing=time_fn(impl.fn, x, mode, budget))
     except torch.OutOfMemoryError as e:
         free_memory(device)

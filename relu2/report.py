@@ -68,7 +68,10 @@ def format_matrix(matrix: "Matrix") -> str:
     for entry in matrix.entries:
         verdicts.setdefault(entry.impl, []).append(entry.verdict)
     for impl, cells in verdicts.items():
-        lines.append(f"{impl:<22}" + "".join(f"{c:<12}" for c in cells))
+        row = f"{impl:<22}" + "".join(f"{c:<12}" for c in cells)
+        if impl in matrix.declared:  # what "ok" was held to: a declared exception, never a silent one
+            row += f"(declared: {', '.join(matrix.declared[impl])})"
+        lines.append(row)
     for impl, why in matrix.not_here.items():
         lines.append(f"  n/a {impl}: {why.splitlines()[0][:200]}")
     for impl, why in matrix.broken.items():

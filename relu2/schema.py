@@ -304,6 +304,10 @@ BUILTIN_STYLES: Mapping[str, Style] = {
     "copy": Style("#666666", "."),
     "compile_dynamic_1tok": Style("#0072B2", "d"),
     "compile_dim0_1tok": Style("#E69F00", "X"),
+    # vLLM's own kernel and its routed-expert path: Okabe-Ito black and a dark gold, with markers no
+    # other built-in or plugin style uses, so neither is mistaken for fused or eager in a plot.
+    "vllm_cuda": Style("#000000", "x"),
+    "eager_inplace": Style("#A6761D", "+"),
 }
 BUILTIN_IMPLS: tuple[str, ...] = tuple(BUILTIN_STYLES)
 # Built-ins that differ from another only in the shape they are first called at (relu2.compiled):

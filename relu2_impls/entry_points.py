@@ -33,6 +33,37 @@ def triton() -> Implementation:
                           fingerprint=_constant(_source_hash(triton_kernel)))
 
 
+def vllm_cuda() -> Implementation:
+    """A kernel of vLLM's relu_squared structure (csrc/vllm_relu2_kernel.cu): CUDA only, NaN -> +0 declared."""
+    import torch
+
+    devices = ("cuda",)
+    if not torch.cuda.is_available():
+        return unavailable("vllm_cuda", "needs CUDA: torch.cuda.is_available() is False", devices=devices)
+    from relu2_impls import fused as op
+
+    try:
+        info = op.build()
+    except Exception as e:  # the project's own kernel did not build: its cells fail, never "n/a"
+        return unavailable("vllm_cuda", f"the fused extension did not build: {e}", broken=True, devices=devices)
+    if not info.cuda:  # built for the CPU only (no toolkit): absent for a reason outside the project
+        return unavailable("vllm_cuda", f"the fused extension was built without CUDA: {info.why_no_cuda}",
+                           devices=devices)
+    return Implementation("vllm_cuda", op.vllm_relu_squared, devices=devices, nan_to_zero=True,
+                          description="csrc/ kernel of vLLM's relu_squared structure (a block per token row, "
+                                      "128-bit vectors, fp32 f > 0 ? f : 0 squared): NaN -> +0, declared",
+                          fingerprint=_constant(op.build_key()))
+
+
+def eager_inplace() -> Implementation:
+    """vLLM's routed-expert path: relu in place, then square into a given output (writes its input)."""
+    from relu2_impls import moe
+
+    return Implementation("eager_inplace", moe.relu_squared_inplace, writes_input=True,
+                          description="F.relu(x, inplace=True); torch.square(x, out=y): vLLM's routed MoE "
+                                      "experts (RELU2_NO_MUL); overwrites its input, declared")
+
+
 def compile_dynamic() -> Implementation:
     from relu2_impls import vllm
 

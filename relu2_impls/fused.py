@@ -6,6 +6,10 @@ tensors and, when this machine can build one, a CUDA kernel for CUDA tensors.  T
 fake (meta) kernels, so the op traces under ``torch.compile`` and CUDA graph capture, and the
 autograd formula.
 
+The same extension defines ``relu2::vllm_relu_squared(Tensor x) -> Tensor``: a kernel of vLLM's
+``relu_squared`` structure (csrc/vllm_relu2_kernel.cu; NaN gives +0 by design), CUDA only: on a CPU
+tensor it raises.  It has a fake kernel here and no autograd (vLLM's is inference only).
+
 Builds land in ``<cache root>/<key>``: the cache root is ``$RELU2_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/relu2``, else ``~/.cache/relu2``; the key is a short sha256 of everything that makes
 a build different (source contents, flags, torch, CUDA, GPU archs, Python, platform).  A process that
@@ -40,6 +44,7 @@ __all__ = [
     "load",
     "relu_squared",
     "source_dir",
+    "vllm_relu_squared",
 ]
 
 ENV_CACHE_DIR = "RELU2_CACHE_DIR"
@@ -60,6 +65,8 @@ _CUDA_DEFINE = "-DRELU2_WITH_CUDA"
 
 _FUNCTIONAL = "relu2::relu_squared"
 _OUT = "relu2::relu_squared.out"
+_VLLM = "relu2::vllm_relu_squared"
+_VLLM_DTYPES = (torch.float32, torch.float16, torch.bfloat16)  # what vLLM's kernel is built for
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -112,6 +119,7 @@ class _Plan:
 _module: ModuleType | None = None
 _info: BuildInfo | None = None
 _ops: tuple[torch._ops.OpOverload, torch._ops.OpOverload] | None = None
+_vllm_op: torch._ops.OpOverload | None = None
 _python_side_registered = False
 # Builds that failed in this process, by key.  Retrying one is pointless (same inputs) and would
 # mislead: cpp_extension skips a second build of an unchanged extension and only tries to import it.
@@ -356,6 +364,14 @@ def _fake_relu_squared_out(x: torch.Tensor, *, out: torch.Tensor) -> torch.Tenso
     return out
 
 
+def _fake_vllm_relu_squared(x: torch.Tensor) -> torch.Tensor:
+    # The checks of relu2_ops.cpp's check_vllm_input, with its message.
+    torch._check(x.dtype in _VLLM_DTYPES,
+                 lambda: f"{_VLLM}: expected float32, float16 or bfloat16 (the dtypes vLLM's kernel is built for), "
+                         f"got {x.dtype}")
+    return x.new_empty(x.shape)  # contiguous, like the real kernel's output
+
+
 def _setup_context(ctx, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:
     (x,) = inputs
     ctx.save_for_backward(x)
@@ -369,13 +385,15 @@ def _backward(ctx, grad: torch.Tensor) -> torch.Tensor:
 
 def _register_python_side() -> None:
     """Fake kernels and autograd for the ops the library just defined; once per process."""
-    global _python_side_registered, _ops
+    global _python_side_registered, _ops, _vllm_op
     if _python_side_registered:
         return
     torch.library.register_fake(_FUNCTIONAL)(_fake_relu_squared)
     torch.library.register_fake(_OUT)(_fake_relu_squared_out)
     torch.library.register_autograd(_FUNCTIONAL, _backward, setup_context=_setup_context)
+    torch.library.register_fake(_VLLM)(_fake_vllm_relu_squared)
     _ops = (torch.ops.relu2.relu_squared.default, torch.ops.relu2.relu_squared.out)
+    _vllm_op = torch.ops.relu2.vllm_relu_squared.default
     _python_side_registered = True
 
 
@@ -395,3 +413,15 @@ def relu_squared(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tens
     if out is None:
         return functional(x)
     return out_variant(x, out=out)
+
+
+def vllm_relu_squared(x: torch.Tensor) -> torch.Tensor:
+    """relu(x)² by the kernel of vLLM's structure (csrc/vllm_relu2_kernel.cu): NaN gives +0, not NaN.
+
+    CUDA tensors of float32, float16 or bfloat16 only (the op raises on a CPU tensor); any strides
+    (made contiguous at the op's boundary).  Builds the extension on first use.
+    """
+    if _vllm_op is None:
+        load()
+    assert _vllm_op is not None
+    return _vllm_op(x)

@@ -251,9 +251,9 @@ def test_build_failure_makes_fused_unavailable_with_the_compiler_error(tmp_path,
     for attr in ("_module", "_info", "_ops"):
         monkeypatch.setattr(fused, attr, None)
     monkeypatch.setattr(fused, "_failures", {})
-    from relu2_impls import entry_points
+    from relu2_impls.entry_points import fused as fused_factory  # what the entry point names
 
-    monkeypatch.setitem(registry._registry, "fused", entry_points.fused)
+    monkeypatch.setitem(registry._registry, "fused", fused_factory)
     monkeypatch.setattr(registry, "_resolved", registry._resolved - {"fused"})
 
     impl = registry.get("fused")

@@ -69,12 +69,17 @@ def test_public_names_load_on_first_use():
     assert "no attribute 'no_such_name'" in run.stdout
 
 
-def test_schema_builtins_are_the_references_and_this_repositorys_implementations():
-    from relu2.interface import entry_points
+def test_schema_builtins_are_the_registry_builtins():
+    """BUILTIN_STYLES names exactly the instrument's references and this repository's entry points
+    (pyproject.toml's interface-1 group): a new implementation gets its display style with it."""
+    import tomllib
 
-    mine = {ep.name for ep in entry_points("relu2-bench")}
-    assert set(schema.BUILTIN_IMPLS) == set(registry.REFERENCES) | mine
-    assert schema.BASELINE in registry.REFERENCES and schema.ROOFLINE in registry.REFERENCES
+    from relu2.interface import ENTRY_POINT_GROUP
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
+    assert set(schema.BUILTIN_IMPLS) == set(registry.REFERENCES) | set(declared)
+    assert len(schema.BUILTIN_IMPLS) == len(set(schema.BUILTIN_IMPLS))
+    assert schema.BASELINE in schema.BUILTIN_IMPLS and schema.ROOFLINE in schema.BUILTIN_IMPLS
 
 
 def test_plugins_get_a_stable_style_of_their_own():
