@@ -287,7 +287,9 @@ def check_versions(base: Iterable[Record], head: Iterable[Record]) -> None:
 
 
 def _short(version: str | None) -> str:
-    return "none" if version is None else version[:12]
+    if version is None:
+        return "none"
+    return version if len(version) <= 20 else version[:12]  # asv's hashes are long; "cold-method-2" is not
 
 
 RuleFor = Callable[[Cell], Rule]
