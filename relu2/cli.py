@@ -228,6 +228,16 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def cmd_noise(args: argparse.Namespace) -> int:
     from relu2 import gate
 
+    if args.action == "check":
+        for held in args.exclude_machine:
+            rows = gate.noise_check(args.results, held)
+            for fitted in (False, True):
+                sel = [r for r in rows if r["held_out"] != fitted]
+                fails = sum(1 for r in sel if r["false_flags"])
+                print(f"without {held}: {'fitted' if fitted else 'not fitted'} pairs: {fails} of {len(sel)} "
+                      f"comparisons fail; {sum(r['false_flags'] for r in sel)} false flags in "
+                      f"{sum(r['gated'] for r in sel)} gated cells")
+        return 0
     command = "relu2 noise learn " + " ".join(args.results) + "".join(f" --exclude-machine {m}"
                                                                        for m in args.exclude_machine)
     model = gate.noise_learn(args.results, args.out, args.exclude_machine, command=command + f" --out {args.out}")
@@ -431,11 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
 
-    p = sub.add_parser("noise", help="learn the gate's noise model from recorded runs",
+    p = sub.add_parser("noise", help="learn the gate's noise model from recorded runs, or check it out of sample",
                        description="relu2 noise learn RESULTS_DIR... --out FILE: from every pair of runs in the "
                        "folders (one GPU model) whose kernel did not change, learn per timing mode and band the "
                        "run-to-run spread and write the model the gate loads (docs/methodology.md).")
-    p.add_argument("action", choices=("learn",))
+    p.add_argument("action", choices=("learn", "check"),
+                   help="learn: write the model; check: leave each --exclude-machine out, learn, and count false "
+                   "fails on the pairs of runs that include it (out of sample)")
     p.add_argument("results", nargs="+", metavar="RESULTS_DIR")
     p.add_argument("--out", default="relu2/noise_model.json", help="where to write it (default: %(default)s)")
     p.add_argument("--exclude-machine", action="append", default=[], metavar="NAME",

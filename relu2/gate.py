@@ -254,3 +254,29 @@ def floor_text(path: str | os.PathLike | None = None) -> str:
     except noise.NoiseModelError:
         return f"{noise.DEFAULT_FLOOR_S * 1e6:g} µs"
 
+
+
+def noise_check(results_dirs: Sequence[str], held_out: str) -> list[dict]:
+    """Leave-one-box-out: learn without ``held_out``'s runs, then gate every no-change pair that
+    includes it (both directions) and count false flags (flags on cells whose kernel did not change)."""
+    from relu2.verdict import entries, fingerprints, kernel_unchanged
+
+    runs = [r for d in results_dirs for r in noise.runs_in(d)]
+    model = noise.learn_from([r for r in runs if r.machine != held_out])
+    out = []
+    for a, b in noise.no_change_pairs(runs):
+        for base, head in ((a, b), (b, a)):
+            rule_for = make_rule_for(model, base.l2_bytes or model.l2_bytes, factor=None, floor_s=None,
+                                     gate_launch=None, cpu=False)
+            found = compare(base.records, head.records, rule_for)
+            kb, kh = fingerprints(entries(base.records)), fingerprints(entries(head.records))
+            table = {(c.benchmark, c.params): c for c in found.regressions}
+            false = [c for c in table.values()
+                     if kernel_unchanged(decode(_record_of(base.records, c)), kb, kh)]
+            out.append({"base": base.name, "head": head.name, "held_out": held_out in (a.machine, b.machine),
+                        "gated": found.gated, "false_flags": len(false), "flags": len(found.regressions)})
+    return out
+
+
+def _record_of(records, change: Change):
+    return next(r for r in records if r.benchmark == change.benchmark and r.params == change.params)
