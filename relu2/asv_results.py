@@ -54,6 +54,7 @@ class BenchmarkInfo:
     param_names: tuple[str, ...]
     unit: str
     version: str | None
+    param_values: tuple[tuple[str, ...], ...] = ()  # each parameter's values, as asv's repr strings
 
     @property
     def method(self) -> str:
@@ -94,6 +95,7 @@ class Record:
     stats: dict[str, Any] | None
     samples: list[float] | None
     row: Row | None
+    version: str | None = None  # the benchmark's version when this cell was measured (asv keys history by it)
 
     @property
     def key(self) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -195,7 +197,7 @@ def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -
         if method in SIDE_FIGURES and r.status == "ok":
             column, convert = SIDE_FIGURES[method]
             side.setdefault((r.machine, r.commit, _suite(r.benchmark), r.params), {})[column] = convert(r.value)
-        info = benchmarks[r.benchmark]
+        info = benchmarks.get(r.benchmark) or BenchmarkInfo(r.benchmark, (), r.unit, r.version)
         if info.mode is None or params.get("impl") != ROOFLINE or r.status != "ok":
             continue
         try:
@@ -206,7 +208,7 @@ def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -
         any_suite.setdefault(key, float(r.value))
     out = []
     for r in records:
-        info = benchmarks[r.benchmark]
+        info = benchmarks.get(r.benchmark) or BenchmarkInfo(r.benchmark, (), r.unit, r.version)
         if info.mode is not None:
             params = dict(r.params)
             try:
@@ -274,7 +276,7 @@ def load_benchmarks(results_dir: str | os.PathLike) -> dict[str, BenchmarkInfo]:
         try:
             out[name] = BenchmarkInfo(
                 name=name, param_names=tuple(b.get("param_names") or ()), unit=str(b.get("unit", "")),
-                version=b.get("version"),
+                version=b.get("version"), param_values=tuple(tuple(str(v) for v in vs) for vs in b.get("params") or ()),
             )
         except (AttributeError, TypeError) as e:
             raise ResultsError(f"{path}: malformed entry {name!r}: {e}") from None
@@ -282,10 +284,33 @@ def load_benchmarks(results_dir: str | os.PathLike) -> dict[str, BenchmarkInfo]:
 
 
 def machine_info(results_dir: str | os.PathLike, machine: str) -> dict[str, Any]:
-    """What ``<results_dir>/<machine>/machine.json`` records (asv's keys plus gpu, driver, cuda, torch)."""
+    """What the machine's ``machine.json`` records (asv's keys plus gpu, driver, cuda, torch, l2_bytes)."""
     _, _, _, Machine = _asv()
-    path = _check_dir(results_dir) / machine / "machine.json"
-    return _load_json(path, Machine.api_version) if path.is_file() else {}
+    folder = machine_folder(_check_dir(results_dir), machine)
+    path = folder / "machine.json" if folder else None
+    return _load_json(path, Machine.api_version) if path and path.is_file() else {}
+
+
+def _recorded_name(folder: Path) -> str:
+    _, _, _, Machine = _asv()
+    return str(_load_json(folder / "machine.json", Machine.api_version).get("machine", folder.name))
+
+
+def machine_folder(results_dir: Path, machine: str) -> Path | None:
+    """The folder of ``machine``: the one so named, else the one whose machine.json records that name.
+
+    asv names the folder after machine.json's ``machine``, but a folder copied or renamed by hand
+    keeps its old name inside: either name finds it, everywhere (reading, listing, machine.json).
+    """
+    named = results_dir / machine
+    if (named / "machine.json").is_file():
+        return named
+    found = [sub for sub in sorted(results_dir.iterdir()) if sub.is_dir() and (sub / "machine.json").is_file()
+             and _recorded_name(sub) == machine]
+    if len(found) > 1:
+        raise ResultsError(f"{results_dir}: machine {machine!r} is recorded by several folders: "
+                           f"{', '.join(f.name for f in found)}")
+    return found[0] if found else None
 
 
 def machines(results_dir: str | os.PathLike) -> list[str]:
@@ -305,15 +330,16 @@ def machines(results_dir: str | os.PathLike) -> list[str]:
 
 
 def _result_files(results_dir: Path, machine: str) -> list[Path]:
-    folder = results_dir / machine
-    if not (folder / "machine.json").is_file():
-        raise ResultsError(f"{folder}: no results for machine {machine!r} (no machine.json)")
+    folder = machine_folder(results_dir, machine)
+    if folder is None:
+        raise ResultsError(f"{results_dir / machine}: no results for machine {machine!r} (no machine.json)")
     return sorted(p for p in folder.glob("*.json") if p.name not in _NOT_RESULT_FILES)
 
 
 def _load_result(path: Path, machine: str):
     stat = path.stat()
-    return _load_result_cached(str(path), machine, stat.st_mtime_ns, stat.st_size)
+    # asv checks each file against the name machine.json records, whatever the folder is called.
+    return _load_result_cached(str(path), _recorded_name(path.parent), stat.st_mtime_ns, stat.st_size)
 
 
 # The gate and the CLI look commits up, then load them: each file would be parsed several times.
@@ -336,7 +362,7 @@ def _load_result_cached(path_str: str, machine: str, mtime_ns: int, size: int):
 def _machines_for(results_dir: Path, machine: str | None) -> list[str]:
     if machine is None:
         return machines(results_dir)
-    if not (results_dir / machine / "machine.json").is_file():
+    if machine_folder(results_dir, machine) is None:
         known = ", ".join(machines(results_dir)) or "none"
         raise ResultsError(f"{results_dir}: no results for machine {machine!r} (machines: {known})")
     return [machine]
@@ -397,13 +423,35 @@ def resolve_commit(results_dir: str | os.PathLike, ref: str, machine: str | None
     raise ResultsError(f"no results for commit {wanted!r}{named} on {where} (commits with results: {shown})")
 
 
+def infer_param_names(values: Sequence[Sequence[str]], names: Sequence[str],
+                      known_values: Sequence[Sequence[str]]) -> tuple[str, ...]:
+    """Names for an older layout's parameter lists: each list takes the first unused name whose known
+    values it shares one with; a list matching none is ``param<i>`` (then it matches no cell of today's)."""
+    out: list[str] = []
+    for i, vals in enumerate(values):
+        match = next((n for n, known in zip(names, known_values) if n not in out and set(map(str, vals)) & set(known)),
+                     None)
+        out.append(match or f"param{i + 1}")
+    return tuple(out)
+
+
+def _unlisted(name: str, param_values: Sequence[Sequence[str]], benchmarks: dict[str, BenchmarkInfo]) -> BenchmarkInfo:
+    """What a benchmark no longer in benchmarks.json (renamed or removed) is read as: its suite's
+    parameter names when a sibling has as many, its unit from the method's name.  Never dropped: a
+    cell at BASE with no counterpart at HEAD is a finding (the gate calls it vanished)."""
+    suite, method = name.rsplit(".", 1)
+    sibling = next((b for b in benchmarks.values() if b.name.rsplit(".", 1)[0] == suite
+                    and len(b.param_names) == len(param_values)), None)
+    mode = method.removeprefix("track_").removeprefix("time_")
+    unit = "seconds" if mode in MODE_NAMES else "bytes" if method == "track_peak_memory" else ""
+    if sibling is not None:
+        return BenchmarkInfo(name, sibling.param_names, unit, None, sibling.param_values)
+    return BenchmarkInfo(name, tuple(f"param{i + 1}" for i in range(len(param_values))), unit, None)
+
+
 def _records_of_result(path: Path, machine: str, result, benchmarks: dict[str, BenchmarkInfo]) -> list[Record]:
     records = []
     for name in sorted(result.get_all_result_keys()):
-        info = benchmarks.get(name)
-        if info is None:
-            # A benchmark since removed from the suite: asv publish ignores it too.
-            continue
         raw = getattr(result, "_results", {}).get(name)
         if not isinstance(raw, (list, type(None))):  # asv reads a string row character by character
             raise ResultsError(f"{path}: malformed result for {name}: a {type(raw).__name__} where asv writes "
@@ -418,10 +466,11 @@ def _records_of_result(path: Path, machine: str, result, benchmarks: dict[str, B
             combos = list(itertools.product(*param_values))
         except (TypeError, ValueError, KeyError, IndexError) as e:
             raise ResultsError(f"{path}: malformed result for {name}: {e}") from None
+        info = benchmarks.get(name) or _unlisted(name, param_values, benchmarks)
         if len(info.param_names) != len(param_values):
-            warnings.warn(f"{path}: {name} has {len(param_values)} parameter lists but benchmarks.json names "
-                          f"{len(info.param_names)}; an older layout, left out", stacklevel=3)
-            continue
+            # An older layout (a parameter since added or removed): read it under the names its values
+            # match, so its cells are matched by what they measured instead of dropped.
+            info = replace(info, param_names=infer_param_names(param_values, info.param_names, info.param_values))
         # asv's getters pad a short list with None (which would read as failures): check the raw one.
         if isinstance(raw, list) and len(raw) != len(combos):
             raise ResultsError(f"{path}: malformed result for {name}: {len(raw)} values for {len(combos)} cells")
@@ -438,6 +487,7 @@ def _records_of_result(path: Path, machine: str, result, benchmarks: dict[str, B
                 machine=machine, commit=result.commit_hash, date_ms=int(result.date), env=result.env_name or "",
                 started_at=started_at, benchmark=name, params=params, unit=info.unit,
                 value=float(value) if value is not None else None, stats=st, samples=smp, row=None,
+                version=(result.benchmark_version or {}).get(name),
             ))
     return records
 

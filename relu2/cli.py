@@ -231,7 +231,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor,
                        base_machine=args.base_machine, head_machine=args.head_machine,
                        floor_s=None if args.floor_us is None else args.floor_us * 1e-6,
-                       gate_launch=args.gate_launch, allow_missing=args.allow_missing, with_spread=args.spread)
+                       gate_launch=args.gate_launch, allow_missing=args.allow_missing, with_spread=args.spread,
+                       across_gpus=args.across_gpus, across_versions=args.across_versions,
+                       allow_failed_base=args.allow_failed_base, confirmed=args.confirmed,
+                       noise_model=args.noise_model)
     print(report.render(args.format))
     if args.spread:
         print("\nSPREAD (head/base per implementation and mode, over the cells ok in both)")
@@ -264,6 +267,29 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_noise(args: argparse.Namespace) -> int:
+    from relu2 import gate
+
+    if args.action == "check":
+        for held in args.exclude_machine:
+            rows = gate.noise_check(args.results, held)
+            for fitted in (False, True):
+                sel = [r for r in rows if r["held_out"] != fitted]
+                fails = sum(1 for r in sel if r["false_flags"])
+                print(f"without {held}: {'fitted' if fitted else 'not fitted'} pairs: {fails} of {len(sel)} "
+                      f"comparisons fail; {sum(r['false_flags'] for r in sel)} false flags in "
+                      f"{sum(r['gated'] for r in sel)} gated cells")
+        return 0
+    command = "relu2 noise learn " + " ".join(args.results) + "".join(f" --exclude-machine {m}"
+                                                                       for m in args.exclude_machine)
+    model = gate.noise_learn(args.results, args.out, args.exclude_machine, command=command + f" --out {args.out}")
+    for f in model.fits:
+        print(f"{f.mode:<6} {f.band:<8} {f.cells:>5} cases from {f.pairs:>2} pairs; threshold at 1000 gated cells "
+              f"{model.threshold(f.mode, f.band, 1000):.3f}x (largest seen {f.max_ratio:.3f}x)")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
 def cmd_asv(args: argparse.Namespace) -> int:
     from relu2 import asv_run
 
@@ -292,6 +318,37 @@ def cmd_build(args: argparse.Namespace) -> int:
     how = "loaded from cache" if info.cached else "built"
     print(f"fused extension ({kind}) {how} in {info.seconds:.1f} s: {info.directory}")
     return 0
+
+
+def _gate_floor() -> str:
+    from relu2.gate import floor_text
+
+    return floor_text()
+
+
+def _gate_description() -> str:
+    """--help of the gate, stated from the model it loads (budget, bands, resolution), never from literals."""
+    from relu2 import noise
+
+    try:
+        model = noise.load_model()
+        budget, gpu = model.budget, model.gpu
+        res = "; ".join(f"{f.mode} {f.band}: {noise.resolution(f.sample, noise.Rule(True, model.threshold(f.mode, f.band, 1000), model.floor_s)):.3g}x"
+                        for f in model.fits)
+    except noise.NoiseModelError:
+        budget, gpu, res = noise.BUDGET, "none", "not known"
+    return ("Compare two commits' recorded asv results. A cell is flagged when HEAD is slower than BASE beyond the "
+            f"noise model learned from recorded runs of unchanged code ({gpu}; relu2 noise learn): per timing mode "
+            "and band of bytes moved against the L2 (" + ", ".join(noise.BAND_NAMES) + "), a ratio AND an absolute "
+            f"floor ({_gate_floor()}). The thresholds are sized so that at most {budget:.0%} of runs of unchanged "
+            "code fail: each gated cell gets that budget divided by the number of gated cells. Resolution (the "
+            f"slowdown caught in 90% of recorded no-change cases, at 1000 gated cells): {res}. Modes whose figure "
+            "is the kernel's own time are gated; launch is reported (--gate-launch). A flagged cell is a "
+            "regression; re-measure the flagged cells (base and head, fresh interleaved rounds) and pass "
+            "--confirmed FILE to fail only on those flagged again. A cell that had a result at BASE and has none "
+            "at HEAD (failed, skipped, missing, renamed) fails unless --allow-missing names it. Refused (exit 2) "
+            "unless a flag says you mean it: two GPU models, two versions of a benchmark, a base whose cells "
+            "mostly failed. Exit 1 on any finding, 0 on none, 2 on unusable input.")
 
 
 # --- parser --------------------------------------------------------------------------------------
@@ -391,33 +448,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("gate", help="fail (exit 1) when HEAD is slower than BASE beyond noise, or lost a cell",
-                       description="Compare two commits' recorded asv results. A cell is a regression when HEAD is "
-                       "slower than BASE beyond the noise model (per timing mode and size band: a ratio AND an "
-                       "absolute floor, from two runs of identical code on two fresh boxes) and the difference is "
-                       "significant by asv's statistics. hot and cold are gated; launch is reported, not gated "
-                       "(--gate-launch). A cell that had a result at BASE and has none at HEAD (failed, skipped, "
-                       "missing, benchmark gone) fails the gate unless --allow-missing names it. The report ends "
-                       "with the gate's resolution: the smallest slowdown it flags, per mode and size band. "
-                       "Exit 1 on any finding, 0 on none, 2 on unusable input.")
+                       description=_gate_description())
     p.add_argument("base", metavar="BASE", help="base commit: a hash, a prefix or a git ref (main~1, a tag)")
     p.add_argument("head", metavar="HEAD", help="head commit: a hash, a prefix or a git ref (HEAD, a branch)")
     p.add_argument("--results", default="results", help="asv results directory (default: results)")
-    p.add_argument("--machine", help="the machine of both sides (default: the only one)")
-    p.add_argument("--base-machine", help="BASE's machine, e.g. the first of two sessions, or an H100")
-    p.add_argument("--head-machine", help="HEAD's machine, e.g. the second session, or an H200")
+    p.add_argument("--machine", help="the machine of both sides: its folder's name or the name in its machine.json "
+                   "(default: the only one)")
+    p.add_argument("--base-machine", help="BASE's machine, e.g. the first of two sessions")
+    p.add_argument("--head-machine", help="HEAD's machine, e.g. the second session")
     p.add_argument("--factor", type=_number(float, 1.0, strict=False), default=None,
-                   help="one slow-down ratio for every gated cell, instead of the noise model's per band")
+                   help="one slow-down ratio for every gated cell, instead of the noise model's per mode and band")
     p.add_argument("--floor-us", type=_number(float, 0.0, strict=False), default=None,
-                   help="one absolute floor in µs for every gated cell (default: the noise model's, 0.15 µs "
-                   "below 2^22 elements)")
+                   help="one absolute floor in µs for every gated cell (default: the noise model's, "
+                   f"{_gate_floor()})")
     p.add_argument("--gate-launch", type=_number(float, 1.0, strict=False), default=None, metavar="RATIO",
                    help="gate the launch mode too, at this ratio (default: reported, not gated)")
     p.add_argument("--allow-missing", action="append", default=[], metavar="PATTERN",
                    help="cells allowed to vanish at HEAD: an fnmatch pattern of the cell's label, e.g. "
                    "'ModelShapes.*' or '*impl=triton*' (repeatable)")
+    p.add_argument("--confirmed", metavar="FILE", default=None,
+                   help="a re-measurement of the flagged cells (JSON: base, head, cells with base_rounds and "
+                   "head_rounds; docs/methodology.md): fail only on cells that flag again")
+    p.add_argument("--across-gpus", action="store_true",
+                   help="compare although BASE and HEAD were measured on different GPU models")
+    p.add_argument("--across-versions", action="store_true",
+                   help="compare although a benchmark's version (its timing method) differs between BASE and HEAD")
+    p.add_argument("--allow-failed-base", action="store_true",
+                   help="compare although most of BASE's cells failed (its failed cells are reported, not compared)")
+    p.add_argument("--noise-model", metavar="FILE", default=None,
+                   help="a noise model from relu2 noise learn (default: the one shipped, relu2/noise_model.json)")
     p.add_argument("--spread", action="store_true",
                    help="also print head/base per implementation and mode (median, p10, p90, max): run on one "
-                   "commit measured on two boxes, it is the A/A data a noise model is set from")
+                   "commit measured on two boxes, it is the A/A data a noise model is learned from")
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="text (default), markdown (for a pull-request comment) or json (stable keys, "
                    "docs/tracking.md)")
@@ -439,6 +501,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     _add_device(p)
     p.set_defaults(func=cmd_confirm)
+
+    p = sub.add_parser("noise", help="learn the gate's noise model from recorded runs, or check it out of sample",
+                       description="relu2 noise learn RESULTS_DIR... --out FILE: from every pair of runs in the "
+                       "folders (one GPU model) whose kernel did not change, learn per timing mode and band the "
+                       "run-to-run spread and write the model the gate loads (docs/methodology.md).")
+    p.add_argument("action", choices=("learn", "check"),
+                   help="learn: write the model; check: leave each --exclude-machine out, learn, and count false "
+                   "fails on the pairs of runs that include it (out of sample)")
+    p.add_argument("results", nargs="+", metavar="RESULTS_DIR")
+    p.add_argument("--out", default="relu2/noise_model.json", help="where to write it (default: %(default)s)")
+    p.add_argument("--exclude-machine", action="append", default=[], metavar="NAME",
+                   help="leave this machine's runs out (to check the model on them, out of sample)")
+    p.set_defaults(func=cmd_noise)
 
     p = sub.add_parser("asv", help="run asv with atomic result writes; e.g. relu2 asv run --skip-existing-commits A..B",
                        description="Run asv (same commands and options) with its JSON files written atomically: "

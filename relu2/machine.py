@@ -199,7 +199,7 @@ def _distribution_version(*names: str) -> str:
 
 
 def machine_info() -> dict[str, str]:
-    """gpu, driver, cuda, torch and triton of this machine, as strings."""
+    """gpu, driver, cuda, torch, triton and the GPU's L2 in bytes of this machine, as strings."""
     import torch
 
     cuda = torch.cuda.is_available()
@@ -210,4 +210,6 @@ def machine_info() -> dict[str, str]:
         "torch": torch.__version__,
         # nightly and ROCm builds ship triton under another distribution name
         "triton": _distribution_version("triton", "pytorch-triton", "pytorch-triton-rocm"),
+        # the gate's noise bands are in multiples of the L2 (relu2.noise): recorded so no table is needed
+        "l2_bytes": str(torch.cuda.get_device_properties(0).L2_cache_size) if cuda else "none",
     }

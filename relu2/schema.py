@@ -43,11 +43,29 @@ class Mode:
     # True when the figure is the kernel's own time (no host overhead), so no kernel can beat a copy
     # of the same bytes by much; False when host-side call overhead is part of it.
     kernel_time: bool = True
+    # The first method whose samples are per-round medians (one independent worker process each)
+    # rather than replays in one process; None while no method is.  Whoever makes the timer measure
+    # in rounds bumps ``method`` and sets this to it, so the gate tests the spread between rounds.
+    rounds_from_method: int | None = None
 
     @property
     def asv_version(self) -> str:
         """The version of the asv ``track_<name>`` benchmarks: asv keys history by it."""
         return self.first_asv_version if self.method == 1 else f"{self.name}-method-{self.method}"
+
+    def method_of(self, asv_version: str | None) -> int | None:
+        """Which method a recorded asv version is (None: not one of this mode's)."""
+        if asv_version == self.first_asv_version:
+            return 1
+        prefix = f"{self.name}-method-"
+        if asv_version and asv_version.startswith(prefix) and asv_version[len(prefix):].isdigit():
+            return int(asv_version[len(prefix):])
+        return None
+
+    def samples_are_rounds(self, asv_version: str | None) -> bool:
+        """True when figures recorded under ``asv_version`` carry one sample per independent round."""
+        method = self.method_of(asv_version)
+        return self.rounds_from_method is not None and method is not None and method >= self.rounds_from_method
 
 
 MODES: tuple[Mode, ...] = (

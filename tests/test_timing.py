@@ -139,7 +139,7 @@ def test_peak_memory_is_a_gpu_figure():
 
 def test_machine_info_has_the_asv_keys_as_strings():
     info = machine_info()
-    assert set(info) == {"gpu", "driver", "cuda", "torch", "triton"}
+    assert set(info) == {"gpu", "driver", "cuda", "torch", "triton", "l2_bytes"}
     assert all(isinstance(v, str) and v for v in info.values())
     assert info["torch"] == torch.__version__
 

@@ -1,0 +1,268 @@
+"""What the gate found, rendered: plain text, a pull-request comment (markdown) and JSON (stable keys,
+docs/tracking.md).  Figures are written with relu2.schema's formatters."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+from relu2.noise import Resolution
+from relu2.schema import format_bytes, format_seconds
+from relu2.verdict import Change, Spread
+
+LAUNCH_WHY = ("host wall clock: identical code moved 0.39-1.91x between two freshly started boxes "
+              "(docs/results.md), so launch is reported, not gated; --gate-launch RATIO gates it")
+CPU_WHY = ("a CPU machine (machine.json: gpu none): on a shared 2-core CPU, two commits with the same "
+           "kernels moved up to 3.6x (results/cpu-2core), so its timings are reported, not gated; --factor "
+           "gates them")
+
+
+@dataclass
+class GateReport:
+    """What the gate found between two commits (on one machine, or one per side)."""
+
+    base_machine: str
+    head_machine: str
+    base: str  # full hashes
+    head: str
+    compared: int = 0  # comparisons made (ok at both sides)
+    regressions: list[Change] = field(default_factory=list)  # what fails: flagged (and confirmed, with --confirmed)
+    new_failures: list[Change] = field(default_factory=list)
+    vanished: list[Change] = field(default_factory=list)  # ok at base; skipped or missing at head
+    allowed: list[Change] = field(default_factory=list)  # vanished, but --allow-missing names them
+    failed_at_base: list[Change] = field(default_factory=list)  # no figure at base: not comparable
+    not_gated: list[Change] = field(default_factory=list)  # beyond the threshold in a mode not gated
+    improvements: list[Change] = field(default_factory=list)
+    flagged: list[Change] = field(default_factory=list)  # every cell beyond the noise model, before confirmation
+    unconfirmed: list[Change] = field(default_factory=list)  # flagged, not flagged again when re-measured
+    confirmation: str = ""  # the re-measurement file given with --confirmed
+    resolution: list[Resolution] = field(default_factory=list)
+    spread: list[Spread] = field(default_factory=list)
+    base_date: str = ""
+    head_date: str = ""
+    cpu: bool = False  # both machines measured on the CPU: timings reported, not gated (without --factor)
+    overrides: dict[str, Any] = field(default_factory=dict)
+    noise: dict[str, Any] = field(default_factory=dict)  # the model used: gpu, budget, gated cells, per-cell share
+    notes_: list[str] = field(default_factory=list)
+
+    @property
+    def machine(self) -> str:
+        return self.base_machine if self.base_machine == self.head_machine else f"{self.base_machine} -> {self.head_machine}"
+
+    @property
+    def nothing_compared(self) -> str:
+        """Why no cell could be compared ("" when some were): a gate that compared nothing passed nothing."""
+        if self.compared:
+            return ""
+        return (f"base {self.base[:8]} on {self.base_machine} has no ok figure to compare with "
+                "(its result file holds none): no comparison is not a pass")
+
+    @property
+    def exit_code(self) -> int:
+        """1 when head regressed, newly fails or lost a cell somewhere, or nothing was compared; else 0."""
+        return 1 if self.regressions or self.new_failures or self.vanished or self.nothing_compared else 0
+
+    @property
+    def verdict(self) -> str:
+        return "FAIL" if self.exit_code else "PASS"
+
+    def summary(self) -> str:
+        regress = _count(self.regressions, "confirmed regression" if self.confirmation else "regression")
+        extra = f" ({len(self.unconfirmed)} unconfirmed)" if self.confirmation else ""
+        return (f"{regress}{extra}, {_count(self.new_failures, 'new failure')}, "
+                f"{_count(self.vanished, 'vanished cell')}; {_count(self.improvements, 'improvement')}, "
+                f"{len(self.not_gated)} not gated, {len(self.failed_at_base)} failed at base; "
+                f"{self.compared} cells compared")
+
+    def notes(self) -> list[str]:
+        """What a reader must know before the tables."""
+        notes = [self.nothing_compared] if self.nothing_compared else []
+        if self.base == self.head:
+            notes.append(f"base and head are one commit ({self.base[:8]}): an A/A between "
+                         f"{self.base_machine} and {self.head_machine}")
+        return notes + self.notes_
+
+    def header(self) -> str:
+        return (f"base {self.base[:8]} on {self.base_machine} ({self.base_date}) -> "
+                f"head {self.head[:8]} on {self.head_machine} ({self.head_date})")
+
+    def budget_line(self) -> str:
+        n = self.noise
+        if not n:
+            return ""
+        return (f"noise model {n.get('model', '?')}: at most {n['budget']:.0%} of runs of unchanged code fail; "
+                f"{n['gated']} gated cells share it ({n['per_cell']:.2g} each)")
+
+    def _regression_title(self) -> str:
+        if self.confirmation:
+            return "CONFIRMED REGRESSIONS (flagged, then flagged again on re-measurement, or not re-measured)"
+        return ("REGRESSIONS (flagged beyond the noise model; not confirmed: re-measure them and pass "
+                "--confirmed FILE)")
+
+    def format(self) -> str:
+        """Plain text: verdict first, then each finding, then the resolution."""
+        lines = [f"relu2 gate: {self.verdict} (exit {self.exit_code}): {self.summary()}", self.header()]
+        lines += [f"relu2 gate: {note}" for note in self.notes()]
+        lines += [self.budget_line()] if self.budget_line() else []
+        lines += _table(self._regression_title(), self.regressions)
+        lines += _table("UNCONFIRMED (flagged at first, not again on re-measurement: not failing)", self.unconfirmed)
+        lines += _table("NEW FAILURES (ok at base, failed at head; see the asv log)", self.new_failures)
+        lines += _table("VANISHED (ok at base, no result at head: skipped, missing, renamed or benchmark gone)",
+                        self.vanished)
+        lines += _table("ALLOWED TO VANISH (--allow-missing)", self.allowed)
+        lines += _table("FAILED AT BASE (no figure to compare with: not compared)", self.failed_at_base, limit=10)
+        lines += _table(f"NOT GATED ({self._not_gated_why()})", self.not_gated, limit=10)
+        lines += _table("IMPROVEMENTS (faster beyond the noise model)", self.improvements, limit=10)
+        lines += ["", "RESOLUTION (per mode and band: the threshold for this run, and the smallest slowdown caught "
+                  "in 90% of recorded no-change cases)"]
+        lines += ["  " + line for line in _resolution_lines(self.resolution)]
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        """A pull-request comment: verdict first, then the flagged cells, then the resolution."""
+        mark = "❌" if self.exit_code else "✅"
+        lines = [f"### {mark} relu2 gate: {self.verdict}", "", f"{self.summary()}.", "", self.header().replace("->", "→")]
+        lines += [f"\n**{note}**" for note in self.notes()]
+        if self.budget_line():
+            lines += ["", self.budget_line() + "."]
+        title = "Confirmed regressions" if self.confirmation else "Regressions (flagged, not confirmed)"
+        for name, changes in ((title, self.regressions), ("Unconfirmed (not failing)", self.unconfirmed),
+                              ("New failures", self.new_failures), ("Vanished cells", self.vanished),
+                              ("Failed at base (not compared)", self.failed_at_base)):
+            if changes:
+                lines += ["", f"#### {name}", "", "| ratio | base | head | cell | kernel |", "|---:|---:|---:|---|---|"]
+                lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | "
+                          f"`{c.label}` | {c.kernel} |" for c in changes[:50]]
+        if self.not_gated or self.improvements:
+            lines += ["", "<details><summary>Not gated and improvements</summary>", "",
+                      f"Not gated: {self._not_gated_why()}.", "",
+                      "| ratio | base | head | cell |", "|---:|---:|---:|---|"]
+            lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | `{c.label}` |"
+                      for c in self.not_gated[:20] + self.improvements[:20]]
+            lines += ["", "</details>"]
+        lines += ["", "#### Resolution", "", "| mode | band | gated | threshold | floor | caught 90% |",
+                  "|---|---|---|---:|---:|---:|"]
+        for r in self.resolution:
+            lines.append(f"| {r.mode} | {r.band} | {'yes' if r.gated else 'no'} | {_threshold(r.ratio)} | "
+                         f"{format_seconds(r.floor_s)} | {_detectable(r)} |")
+        return "\n".join(lines)
+
+    def as_json(self) -> dict[str, Any]:
+        """Machine-readable, stable keys (documented in docs/tracking.md)."""
+        return {
+            "verdict": self.verdict.lower(),
+            "exit_code": self.exit_code,
+            "base": {"commit": self.base, "machine": self.base_machine, "date": self.base_date},
+            "head": {"commit": self.head, "machine": self.head_machine, "date": self.head_date},
+            "compared": self.compared,
+            "regressions": [c.as_json() for c in self.regressions],
+            "flagged": [c.as_json() for c in self.flagged],
+            "unconfirmed": [c.as_json() for c in self.unconfirmed],
+            "confirmation": self.confirmation or None,
+            "new_failures": [c.as_json() for c in self.new_failures],
+            "vanished": [c.as_json() for c in self.vanished],
+            "allowed_to_vanish": [c.as_json() for c in self.allowed],
+            "failed_at_base": [c.as_json() for c in self.failed_at_base],
+            "not_gated": [c.as_json() for c in self.not_gated],
+            "improvements": [c.as_json() for c in self.improvements],
+            "resolution": [{k: v for k, v in asdict(r).items() if k != "notes"} for r in self.resolution],
+            "spread": [asdict(s) for s in self.spread],
+            "cpu": self.cpu,
+            "overrides": self.overrides,
+            "noise_model": self.noise,
+        }
+
+    def _not_gated_why(self) -> str:
+        return CPU_WHY if self.cpu and "factor" not in self.overrides else LAUNCH_WHY
+
+    def render(self, fmt: str) -> str:
+        if fmt == "json":  # strict JSON: NaN is no JSON value, and clients other than Python reject it
+            return json.dumps(_json_safe(self.as_json()), indent=2, sort_keys=True, allow_nan=False)
+        return self.markdown() if fmt == "markdown" else self.format()
+
+
+# ---------------------------------------------------------------------------------------------
+# pure helpers
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (no figure) as None, which JSON spells null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _count(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+def _threshold(x: float) -> str:
+    """A ratio as written: 1.05x, 1.1x, 1.045x."""
+    return "-" if not math.isfinite(x) else f"{x:.3f}".rstrip("0").rstrip(".") + "x"
+
+
+def _ratio(c: Change) -> str:
+    return "-" if math.isnan(c.ratio) else f"{c.ratio:.2f}x"
+
+
+def _detectable(r: Resolution) -> str:
+    if not r.gated:
+        return "not gated"
+    return "not known" if math.isnan(r.smallest_detectable) else _threshold(r.smallest_detectable)
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A figure in a readable unit (relu2.schema's formatters); "failed"/"n/a" when there is none."""
+    if value is None:
+        return "failed"
+    if math.isnan(value):
+        return "n/a"
+    if unit == "seconds":
+        return format_seconds(value)
+    if unit == "bytes":
+        return format_bytes(value)
+    return f"{value:.4g} {unit}".strip()
+
+
+def _table(title: str, changes: list[Change], limit: int | None = None) -> list[str]:
+    if not changes:
+        return []
+    shown = changes[:limit] if limit else changes
+    rows = [(_ratio(c), format_value(c.base, c.unit), format_value(c.head, c.unit),
+             c.label + (f"  [kernel {c.kernel}]" if c.kernel and c.kernel != "same" else "")
+             + (f"  (also {', '.join(c.also)})" if c.also else "")) for c in shown]
+    header = ("ratio", "base", "head", "cell")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    out = ["", f"{title}: {len(changes)}"]
+    for r in [header, *rows]:
+        out.append("  " + "  ".join(r[i].rjust(widths[i]) for i in range(3)) + "  " + r[3])
+    if limit and len(changes) > limit:
+        out.append(f"  ... and {len(changes) - limit} more (--format json lists every one)")
+    return out
+
+
+def _resolution_lines(resolution: Sequence[Resolution]) -> list[str]:
+    rows = [("mode", "band", "cells", "threshold", "floor", "caught 90%")]
+    rows += [(r.mode, r.band, str(r.cells), _threshold(r.ratio) if r.gated else "-",
+              format_seconds(r.floor_s) if r.gated else "-", _detectable(r)) for r in resolution]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(row[i].ljust(widths[i]) for i in range(len(row))) for row in rows]
+
+
+def format_spread(rows: Sequence[Spread], markdown: bool = False) -> str:
+    """The spread table: one line per implementation and mode."""
+    header = ("impl", "mode", "cells", "median", "p10", "p90", "max")
+    body = [(s.impl, s.mode, str(s.cells), f"{s.median:.3f}", f"{s.p10:.3f}", f"{s.p90:.3f}", f"{s.max:.3f}")
+            for s in rows]
+    if markdown:
+        return "\n".join(["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|---:|---:|"] +
+                         ["| " + " | ".join(r) + " |" for r in body])
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    return "\n".join("  ".join(r[i].rjust(widths[i]) if i > 1 else r[i].ljust(widths[i]) for i in range(len(r)))
+                     for r in [header, *body])

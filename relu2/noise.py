@@ -1,0 +1,356 @@
+"""The gate's noise model: how far identical code moves between two runs, per timing mode and band.
+
+* **Bands by bytes against the L2**, not by element count: a kernel whose bytes fit in the L2 is
+  timed from the L2 (and moves most between boxes), one of 1-4x the L2 is partly cached, one beyond
+  4x the L2 streams from DRAM.  bytes = ``relu2.schema.bytes_moved``; the L2 comes from machine.json's
+  ``l2_bytes`` (recorded by ``relu2.machine.machine_info`` from now on) or from ``KNOWN_L2``.
+* **Learned, not chosen.**  ``learn`` takes every pair of runs in some results folders (same GPU
+  model) and, per cell whose generated kernel did not change between the two (same fingerprint;
+  the baseline and the roofline have none and never change), the log of the ratio of the two
+  medians.  Per mode and band it fits |log ratio| with an exponential tail beyond its 90th percentile
+  (``TailFit``): the tail of a handful of A/A runs is heavier than a normal's.
+* **Sized to a budget for the whole run.**  At most ``BUDGET`` (1 in 20) of the runs of unchanged
+  code may fail: each of the N gated cells of a comparison gets ``BUDGET / N`` (Bonferroni), and
+  its threshold is the fitted tail's quantile there.  N is counted per comparison, so a small run gets
+  tighter thresholds than a full one.
+* **Resolution by simulation.**  The model keeps an even sample of the recorded log ratios (with
+  the base figure, for the floor); the smallest slowdown detected in 90% of them is found by
+  multiplying the head figure by a factor and applying the rule.
+
+The learned model is ``relu2/noise_model.json``, written by ``relu2 noise learn`` (docs/methodology.md
+records the command); the gate loads it by default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+DEFAULT_MODEL_PATH = Path(__file__).with_name("noise_model.json")
+BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
+DETECTION = 0.90  # "resolution": the slowdown caught in at least this share of recorded cases
+DEFAULT_FLOOR_S = 0.25e-6  # not learned: a slowdown of less than this is nothing anyone can act on
+SIMULATION_SAMPLE = 400  # recorded (log ratio, base seconds) pairs kept per mode and band
+
+# L2 per GPU model (bytes), for machine.json files that predate ``l2_bytes``.  H200: 60 MiB, torch's
+# ``L2_cache_size`` on the lent H200 (``relu2 info``, docs/results.md's first paragraph).  H100 SXM
+# and PCIe: 50 MiB (NVIDIA H100 Tensor Core GPU Architecture whitepaper, "50 MB L2 cache"; torch
+# reports 52428800).  Matched by substring of machine.json's ``gpu``.
+KNOWN_L2: Mapping[str, int] = {"H200": 60 * 2**20, "H100": 50 * 2**20}
+
+
+@dataclass(frozen=True)
+class Band:
+    """Cells whose bytes moved lie in [lo, hi) times the L2."""
+
+    name: str
+    lo: float
+    hi: float
+
+
+BANDS: tuple[Band, ...] = (
+    Band("in L2", 0.0, 1.0),
+    Band("1-4x L2", 1.0, 4.0),
+    Band("> 4x L2", 4.0, math.inf),
+)
+BAND_NAMES: tuple[str, ...] = tuple(b.name for b in BANDS)
+LARGEST_BAND = BANDS[-1]
+
+
+def band_of(bytes_moved: float, l2_bytes: int) -> Band:
+    x = bytes_moved / l2_bytes
+    return next(b for b in BANDS if b.lo <= x < b.hi)
+
+
+def l2_of(machine: Mapping[str, Any]) -> int | None:
+    """A machine's L2 in bytes: machine.json's ``l2_bytes``, else ``KNOWN_L2`` by GPU name, else None."""
+    recorded = machine.get("l2_bytes")
+    if recorded not in (None, "", "none"):
+        try:
+            return int(recorded)
+        except (TypeError, ValueError):
+            pass
+    gpu = str(machine.get("gpu", ""))
+    return next((size for name, size in KNOWN_L2.items() if name in gpu), None)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When a slower figure counts: ``ratio`` (head/base) AND ``floor_s`` (head - base) exceeded."""
+
+    gated: bool
+    ratio: float
+    floor_s: float
+    why: str = ""
+
+
+# --- the tail of |log ratio| ----------------------------------------------------------------------
+
+TAIL_FROM = 0.90  # the body below this quantile of |log ratio| is read as recorded; the tail is fitted
+
+
+@dataclass(frozen=True)
+class TailFit:
+    """|log(head/base)| of unchanged code: recorded up to its ``TAIL_FROM`` quantile ``knee``, an
+    exponential tail of mean excess ``excess`` beyond (peaks over a threshold, generalized Pareto
+    with shape 0).  Heavier than a normal's tail, and it needs no shape parameter, which the few
+    hundred recorded cases of a band cannot pin down (a Student t's degrees of freedom came out
+    anywhere between 1.5 and 100 on them, and its 1-in-40,000 quantile with them)."""
+
+    knee: float
+    excess: float
+    mad: float = 0.0  # the median |log ratio|: the robust scale, for the record
+
+    def threshold(self, p: float) -> float:
+        """The head/base ratio a cell of unchanged code exceeds (slower) with probability ``p``."""
+        both_ways = 2 * p  # the fit is of |log ratio|: a slowdown is one side of it
+        tail = 1 - TAIL_FROM
+        x = self.knee + self.excess * math.log(tail / both_ways) if both_ways < tail else self.knee
+        return math.exp(x)
+
+
+def fit_tail(log_ratios: Sequence[float]) -> TailFit:
+    """The knee (``TAIL_FROM`` quantile of |log ratio|) and the mean excess over it."""
+    mags = sorted(abs(r) for r in log_ratios)
+    if not mags:
+        return TailFit(0.0, 0.0)
+    knee = mags[min(int(TAIL_FROM * len(mags)), len(mags) - 1)]
+    over = [m - knee for m in mags if m > knee]
+    return TailFit(knee, sum(over) / len(over) if over else 0.0, _median(mags))
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    if not s:
+        return math.nan
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One cell of unchanged code seen in two runs: the log of the ratio of its medians, and the base figure."""
+
+    log_ratio: float
+    base_s: float
+
+
+@dataclass(frozen=True)
+class BandFit:
+    """What the model knows about one (mode, band)."""
+
+    mode: str
+    band: str
+    cells: int  # observations the fit used (cells x pairs of runs)
+    pairs: int  # pairs of runs they came from
+    knee: float
+    excess: float
+    mad: float
+    max_ratio: float  # the largest head/base (either way) seen
+    sample: tuple[tuple[float, float], ...] = ()  # (log ratio, base seconds), an even sample for simulation
+
+    @property
+    def fit(self) -> TailFit:
+        return TailFit(self.knee, self.excess, self.mad)
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """Per (mode, band) fits for one GPU model, plus how thresholds are sized."""
+
+    gpu: str
+    l2_bytes: int
+    budget: float = BUDGET
+    floor_s: float = DEFAULT_FLOOR_S
+    fits: tuple[BandFit, ...] = ()
+    sources: tuple[str, ...] = ()  # the results folders it was learned from, and what was left out
+    command: str = ""
+
+    def fit_for(self, mode: str, band: str) -> BandFit | None:
+        return next((f for f in self.fits if f.mode == mode and f.band == band), None)
+
+    def per_cell(self, gated_cells: int) -> float:
+        """Each cell's share of the run's budget (Bonferroni)."""
+        return self.budget / max(gated_cells, 1)
+
+    def threshold(self, mode: str, band: str, gated_cells: int) -> float | None:
+        """The head/base ratio a cell must exceed in a run of ``gated_cells`` gated cells; None when unfitted."""
+        f = self.fit_for(mode, band)
+        return f.fit.threshold(self.per_cell(gated_cells)) if f else None
+
+    def as_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["fits"] = [{**asdict(f), "sample": [list(s) for s in f.sample]} for f in self.fits]
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "NoiseModel":
+        fits = tuple(BandFit(**{**f, "sample": tuple(tuple(s) for s in f.get("sample", ()))}) for f in data["fits"])
+        return cls(gpu=data["gpu"], l2_bytes=int(data["l2_bytes"]), budget=float(data["budget"]),
+                   floor_s=float(data["floor_s"]), fits=fits, sources=tuple(data.get("sources", ())),
+                   command=data.get("command", ""))
+
+
+class NoiseModelError(Exception):
+    """The noise model file cannot be read."""
+
+
+def load_model(path: str | Path = DEFAULT_MODEL_PATH) -> NoiseModel:
+    try:
+        return NoiseModel.from_json(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise NoiseModelError(f"{path}: not a relu2 noise model ({e}); relu2 noise learn writes one") from None
+
+
+def save_model(model: NoiseModel, path: str | Path) -> None:
+    Path(path).write_text(json.dumps(model.as_json(), indent=1, sort_keys=True) + "\n")
+
+
+def even_sample(obs: Sequence[Observation], n: int = SIMULATION_SAMPLE) -> tuple[tuple[float, float], ...]:
+    """``n`` observations spread evenly over the sorted log ratios (the extremes always kept)."""
+    ordered = sorted(obs, key=lambda o: o.log_ratio)
+    if len(ordered) <= n:
+        picked = ordered
+    else:
+        picked = [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
+    return tuple((round(o.log_ratio, 6), float(f"{o.base_s:.4g}")) for o in picked)
+
+
+def learn(observations: Mapping[tuple[str, str], Sequence[Observation]], pairs: Mapping[tuple[str, str], int], *,
+          gpu: str, l2_bytes: int, budget: float = BUDGET, floor_s: float = DEFAULT_FLOOR_S,
+          sources: Iterable[str] = (), command: str = "") -> NoiseModel:
+    """Fit each (mode, band) from its observations, both directions of each pair."""
+    fits = []
+    for (mode, band), obs in sorted(observations.items(), key=lambda kv: (kv[0][0], BAND_NAMES.index(kv[0][1]))):
+        if not obs:
+            continue
+        t = fit_tail([o.log_ratio for o in obs])
+        fits.append(BandFit(mode, band, len(obs), pairs.get((mode, band), 0), round(t.knee, 6), round(t.excess, 6),
+                            round(t.mad, 6), round(math.exp(max(abs(o.log_ratio) for o in obs)), 4), even_sample(obs)))
+    return NoiseModel(gpu, l2_bytes, budget, floor_s, tuple(fits), tuple(sources), command)
+
+
+def detects(log_ratio: float, base_s: float, slowdown: float, rule: Rule) -> bool:
+    """Whether a recorded no-change cell, its head made ``slowdown`` times slower, is flagged by ``rule``."""
+    ratio = math.exp(log_ratio) * slowdown
+    return ratio > rule.ratio and base_s * (ratio - 1) > rule.floor_s
+
+
+SLOWDOWNS: tuple[float, ...] = tuple(round(1 + i / 200, 3) for i in range(1, 201))  # 1.005 .. 2.0
+
+
+def resolution(sample: Sequence[tuple[float, float]], rule: Rule, detection: float = DETECTION) -> float:
+    """The smallest slowdown (of SLOWDOWNS) flagged in at least ``detection`` of the recorded cases; NaN if none.
+
+    Each recorded case is used both ways round (a pair of runs has no direction)."""
+    cases = [(r, b) for r, b in sample] + [(-r, b * math.exp(r)) for r, b in sample]
+    if not cases:
+        return math.nan
+    for f in SLOWDOWNS:
+        if sum(detects(r, b, f, rule) for r, b in cases) >= detection * len(cases):
+            return f
+    return math.nan
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The rule for one mode and band in one comparison, and the smallest slowdown it catches 90% of the time."""
+
+    mode: str
+    band: str
+    gated: bool
+    ratio: float
+    floor_s: float
+    fastest_s: float  # the smallest base median in the band
+    smallest_detectable: float  # simulated on the model's recorded no-change cases (NaN: not known)
+    per_cell: float = math.nan  # the false-flag probability each cell is allowed
+    cells: int = 0  # gated cells of this mode and band in this comparison
+    learned_from: int = 0  # recorded no-change cases behind the rule
+    notes: list[str] = field(default_factory=list)
+
+
+# --- learning from recorded runs --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """One commit measured on one machine, in one results folder."""
+
+    folder: str
+    machine: str
+    commit: str
+    gpu: str
+    l2_bytes: int | None
+    records: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return f"{Path(self.folder).name}/{self.machine}@{self.commit[:8]}"
+
+
+def runs_in(results_dir: str | Path, exclude_machines: Sequence[str] = ()) -> list[Run]:
+    """Every (machine, commit) with results in ``results_dir``, but those of ``exclude_machines``."""
+    from relu2.asv_results import commits, load_records, machine_info, machines
+
+    out = []
+    for m in machines(results_dir):
+        if m in exclude_machines:
+            continue
+        info = machine_info(results_dir, m)
+        for c in commits(results_dir, m):
+            out.append(Run(str(results_dir), m, c, str(info.get("gpu", "")), l2_of(info),
+                           tuple(load_records(results_dir, m, c))))
+    return out
+
+
+def no_change_pairs(runs: Sequence[Run]) -> list[tuple[Run, Run]]:
+    """Every pair of runs of one folder and one GPU model: an A/A across boxes, or two commits
+    (whose unchanged cells ``observe`` picks out by kernel fingerprint)."""
+    return [(a, b) for i, a in enumerate(runs) for b in runs[i + 1:]
+            if a.folder == b.folder and a.gpu == b.gpu and a.gpu.lower() not in ("", "none")]
+
+
+def observe(a: Run, b: Run, l2_bytes: int) -> dict[tuple[str, str], list[Observation]]:
+    """Per (gated mode, band): the cells of unchanged code ok in both runs, as observations."""
+    from relu2.verdict import GATED_MODES, entries, fingerprints, kernel_unchanged
+
+    ta, tb = entries(a.records), entries(b.records)
+    ka, kb = fingerprints(ta), fingerprints(tb)
+    out: dict[tuple[str, str], list[Observation]] = {}
+    for key, ea in ta.items():
+        eb = tb.get(key)
+        cell = ea.cell
+        if (eb is None or cell.measure not in GATED_MODES or ea.record.status != "ok" or eb.record.status != "ok"
+                or ea.record.version != eb.record.version or not kernel_unchanged(cell, ka, kb)
+                or not ea.record.value or not eb.record.value):
+            continue
+        band = band_of(cell.bytes, l2_bytes).name
+        out.setdefault((cell.measure, band), []).append(
+            Observation(math.log(eb.record.value / ea.record.value), float(ea.record.value)))
+    return out
+
+
+def learn_from(runs: Sequence[Run], *, budget: float = BUDGET, floor_s: float = DEFAULT_FLOOR_S,
+               sources: Iterable[str] = (), command: str = "") -> NoiseModel:
+    """The model of the GPU model most runs were measured on, from every no-change pair among them."""
+    gpus = [r.gpu for r in runs if r.gpu.lower() not in ("", "none")]
+    if not gpus:
+        raise NoiseModelError("no GPU runs to learn from (a CPU machine's timings are not gated)")
+    gpu = max(set(gpus), key=gpus.count)
+    l2 = next((r.l2_bytes for r in runs if r.gpu == gpu and r.l2_bytes), None)
+    if l2 is None:
+        raise NoiseModelError(f"no L2 size known for {gpu!r}: record l2_bytes in machine.json")
+    obs: dict[tuple[str, str], list[Observation]] = {}
+    pair_count: dict[tuple[str, str], int] = {}
+    for a, b in no_change_pairs([r for r in runs if r.gpu == gpu]):
+        for key, seen in observe(a, b, l2).items():
+            obs.setdefault(key, []).extend(seen)
+            pair_count[key] = pair_count.get(key, 0) + 1
+    return learn(obs, pair_count, gpu=gpu, l2_bytes=l2, budget=budget, floor_s=floor_s, sources=sources,
+                 command=command)

@@ -1,0 +1,250 @@
+"""No silent pass (issue 16): each way a slower or lost figure slipped through the gate, and the noise
+model's own guarantees (learned out of sample, resolution stated from the model, confirmation)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import asv_fixture as fx  # noqa: E402
+
+from relu2 import noise  # noqa: E402
+from relu2.asv_results import Record  # noqa: E402
+from relu2.gate import GateInputError, gate  # noqa: E402
+from relu2.verdict import Figure, compare, entries, is_slower, latest  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+GRID_HOT = "bench_relu2.Grid.track_hot"
+
+
+@pytest.fixture
+def results(tmp_path) -> Path:
+    return fx.copy_results(tmp_path / "results")
+
+
+def _edit(path: Path, change) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _scale_all(data: dict, benchmark: str, scale: float) -> None:
+    row = data["results"][benchmark]
+    i = data["result_columns"].index("result")
+    row[i] = [None if v is None else v * scale for v in row[i]]
+
+
+def test_a_renamed_benchmark_vanishes_instead_of_passing(results):
+    def rename(data):
+        data["results"]["bench_relu2.Grid.track_hot_v2"] = data["results"].pop(GRID_HOT)
+        _scale_all(data, "bench_relu2.Grid.track_hot_v2", 1.5)
+
+    _edit(fx.result_file(results, fx.COMMIT_3), rename)
+    _edit(results / "benchmarks.json", lambda d: d.__setitem__("bench_relu2.Grid.track_hot_v2", d.pop(GRID_HOT)))
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert report.exit_code == 1 and report.vanished
+    assert all(c.benchmark == GRID_HOT for c in report.vanished)
+
+
+def test_an_added_parameter_matches_cells_by_their_parameters(results):
+    def add_layout(data):
+        row = data["results"][GRID_HOT]
+        row[data["result_columns"].index("params")].append(["'rows'"])
+
+    _edit(fx.result_file(results, fx.COMMIT_3), add_layout)
+
+    def declare(d):
+        d[GRID_HOT]["param_names"].append("layout")
+        d[GRID_HOT]["params"].append(["'rows'"])
+
+    _edit(results / "benchmarks.json", declare)
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert report.exit_code == 1
+    assert [c.label for c in report.regressions] == [f"{fx.PLANTED_LABEL} -> Grid.track_hot(impl=fused, "
+                                                     "dtype=bfloat16, numel=16777216, layout=rows)"]
+
+
+def test_a_failed_base_is_reported_and_a_mostly_failed_one_refused(results):
+    one = ("bench_relu2.Grid.track_cold", {"impl": "eager", "dtype": "float32", "numel": 65536})
+    fx.edit_cell(results, fx.COMMIT_2, *one, fail=True)
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert [c.label for c in report.failed_at_base] == ["Grid.track_cold(impl=eager, dtype=float32, numel=65536)"]
+    whole = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3)
+    assert report.compared == whole.compared - 1  # comparisons made, not base cells
+
+    def fail_most(data):
+        for row in data["results"].values():
+            i = data["result_columns"].index("result")
+            row[i] = [None] * len(row[i])
+
+    _edit(fx.result_file(results, fx.COMMIT_2), fail_most)
+    with pytest.raises(GateInputError, match="failed.*--allow-failed-base"):
+        gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    allowed = gate(results, fx.COMMIT_2, fx.COMMIT_3, allow_failed_base=True)
+    assert allowed.compared == 0 and allowed.exit_code == 1  # nothing compared is no pass
+
+
+def test_an_implementation_summary_is_gated_like_hot_beyond_the_l2(results):
+    name = "bench_relu2.Implementations.track_fused"
+    _edit(results / "benchmarks.json", lambda d: d.__setitem__(name, {
+        "name": name, "param_names": [], "params": [], "unit": "seconds", "version": "1", "type": "track"}))
+    for commit, value in ((fx.COMMIT_2, 100e-6), (fx.COMMIT_3, 300e-6)):
+        def add(data, value=value):
+            columns = data["result_columns"]
+            data["results"][name] = [[value] if c == "result" else [] if c == "params" else "1" if c == "version"
+                                     else None for c in columns]
+        _edit(fx.result_file(results, commit), add)
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    summary = [c for c in report.regressions if c.benchmark == name]
+    assert len(summary) == 1 and summary[0].ratio == pytest.approx(3.0)
+    hot_beyond = next(r for r in report.resolution if (r.mode, r.band) == ("hot", "> 4x L2"))
+    assert summary[0].threshold == hot_beyond.ratio
+
+
+def test_two_benchmark_versions_are_not_compared(results):
+    def bump(data):
+        data["results"]["bench_relu2.Grid.track_cold"][data["result_columns"].index("version")] = "cold-method-2"
+
+    _edit(fx.result_file(results, fx.COMMIT_3), bump)
+    with pytest.raises(GateInputError, match=r"bench_relu2.Grid.track_cold .*version .* and cold-method-2"):
+        gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert gate(results, fx.COMMIT_2, fx.COMMIT_3, across_versions=True).exit_code == 1
+
+
+def _second_box(results: Path, name: str, gpu: str | None = None) -> str:
+    other = results / name
+    shutil.copytree(results / fx.MACHINE, other)
+    for path in other.glob("*.json"):
+        data = json.loads(path.read_text())
+        if path.name == "machine.json":
+            data["machine"] = name
+            data["gpu"] = gpu or data["gpu"]
+        else:
+            data["params"]["machine"] = name
+        path.write_text(json.dumps(data))
+    return name
+
+
+def test_two_gpu_models_are_not_compared(results):
+    _second_box(results, "h100-box", gpu="NVIDIA H100 80GB HBM3")
+    with pytest.raises(GateInputError, match="H100.*--across-gpus"):
+        gate(results, fx.COMMIT_2, fx.COMMIT_3, base_machine="h100-box", head_machine=fx.MACHINE)
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3, base_machine="h100-box", head_machine=fx.MACHINE,
+                  across_gpus=True)
+    assert report.exit_code == 1
+
+
+def test_a_commit_measured_twice_takes_the_newest_run(results):
+    src = fx.result_file(results, fx.COMMIT_3)
+    data = json.loads(src.read_text())
+    at = data["result_columns"].index("started_at")
+    _scale_all(data, GRID_HOT, 2.0)  # an older run, twice as slow everywhere: it must not win
+    for row in data["results"].values():
+        row[at] = row[at] - 10**6
+    data["env_name"] = "older-env"
+    (src.parent / f"{fx.COMMIT_3[:8]}-older-env.json").write_text(json.dumps(data))
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert [c.label for c in report.regressions] == [fx.PLANTED_LABEL]
+    a = _record(GRID_HOT, value=1.0, started_at=5)
+    b = _record(GRID_HOT, value=2.0, started_at=9)
+    assert latest([b, a]) == [b] and latest([a, b]) == [b]  # one rule, whatever the file order
+
+
+def test_a_renamed_machine_folder_is_found_by_either_name(results):
+    (results / fx.MACHINE).rename(results / "renamed-folder")
+    for machine in ("renamed-folder", fx.MACHINE, None):
+        report = gate(results, fx.COMMIT_2, fx.COMMIT_3, machine=machine)
+        assert [c.label for c in report.regressions] == [fx.PLANTED_LABEL]
+
+
+def test_help_states_the_floor_and_budget_the_code_uses(capsys):
+    from relu2 import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["gate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    model = noise.load_model()
+    assert f"{model.floor_s * 1e6:g} µs" in text and f"at most {model.budget:.0%} of runs" in text
+    assert "--confirmed FILE" in text
+
+
+# --- one measurement, one judgment; rounds; confirmation ----------------------------------------------
+
+
+def _record(benchmark: str, value: float, started_at: int = 0, samples=None, version=None, **params) -> Record:
+    params = params or {"impl": "fused", "tokens": "64", "hidden": "21504"}
+    return Record(machine="m", commit="c", date_ms=0, env="e", started_at=started_at, benchmark=benchmark,
+                  params=tuple(params.items()), unit="seconds", value=value, stats=None, samples=samples, row=None,
+                  version=version)
+
+
+def test_a_measurement_listed_by_two_suites_is_judged_once():
+    base = [_record("b.ModelShapes.track_hot", 100e-6), _record("b.VllmShapes.track_hot", 100e-6)]
+    head = [_record("b.ModelShapes.track_hot", 150e-6), _record("b.VllmShapes.track_hot", 150e-6)]
+    assert len(entries(base)) == 1
+    found = compare(base, head, lambda cell, gated: noise.Rule(True, 1.05, 0.0))
+    assert len(found.regressions) == 1 and found.regressions[0].also == ("VllmShapes",)
+    assert found.compared == 1
+
+
+def test_with_rounds_the_spread_between_rounds_is_tested():
+    rule = noise.Rule(True, 1.03, 0.0)
+    base = Figure(1.00, (0.99, 1.00, 1.01), rounds=True)
+    assert is_slower(base, Figure(1.05, (1.04, 1.05, 1.06), rounds=True), rule)
+    assert not is_slower(base, Figure(1.05, (0.99, 1.05, 1.08), rounds=True), rule)  # rounds overlap
+    assert is_slower(Figure(1.00, (0.9, 1.1)), Figure(1.05, (0.9, 1.2)), rule)  # replays: the ratio decides
+
+
+def _remeasurement(tmp_path: Path, head_rounds, base=fx.COMMIT_2, head=fx.COMMIT_3) -> Path:
+    path = tmp_path / "again.json"
+    path.write_text(json.dumps({"base": base, "head": head, "machine": fx.MACHINE, "cells": [{
+        "benchmark": fx.PLANTED_BENCH, "params": {k: str(v) for k, v in fx.PLANTED_PARAMS.items()},
+        "base_rounds": [18.6e-6, 18.5e-6, 18.7e-6], "head_rounds": head_rounds}]}))
+    return path
+
+
+def test_confirmation_fails_only_on_cells_that_flag_again(tmp_path):
+    flagged = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3)
+    assert flagged.exit_code == 1 and not flagged.confirmation
+    unconfirmed = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
+                       confirmed=_remeasurement(tmp_path, [18.6e-6, 18.7e-6, 18.5e-6]))
+    assert unconfirmed.exit_code == 0 and [c.label for c in unconfirmed.unconfirmed] == [fx.PLANTED_LABEL]
+    assert [c.label for c in unconfirmed.flagged] == [fx.PLANTED_LABEL] and "UNCONFIRMED" in unconfirmed.format()
+    confirmed = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
+                     confirmed=_remeasurement(tmp_path, [28.0e-6, 27.9e-6, 28.1e-6]))
+    assert confirmed.exit_code == 1 and "CONFIRMED REGRESSIONS" in confirmed.format()
+    with pytest.raises(GateInputError, match="not of"):
+        gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
+             confirmed=_remeasurement(tmp_path, [28e-6] * 3, base=fx.COMMIT_1))
+
+
+# --- the model ------------------------------------------------------------------------------------
+
+
+def test_bands_are_by_bytes_against_the_l2():
+    l2 = noise.l2_of({"gpu": "NVIDIA H200"})
+    assert l2 == 60 * 2**20 and noise.l2_of({"gpu": "x", "l2_bytes": "1024"}) == 1024
+    assert noise.band_of(2 * 2**22 * 2, l2).name == "in L2"  # 16 MiB moved: L2-resident
+    assert noise.band_of(2 * 2**24 * 2, l2).name == "1-4x L2"
+    assert noise.band_of(2 * 2**26 * 2, l2).name == "> 4x L2"
+
+
+def test_the_shipped_model_is_what_its_command_makes(tmp_path):
+    shipped = noise.load_model()
+    assert shipped.command.startswith("relu2 noise learn ") and shipped.budget == 0.05
+    from relu2.gate import noise_learn
+
+    dirs = [str(REPO / d) for d in ("results", "docs/aa/results", "docs/aa/first-b00fb9a/results")]
+    again = noise_learn(dirs, tmp_path / "m.json")
+    assert [(f.mode, f.band, f.cells, f.knee, f.excess) for f in again.fits] == \
+        [(f.mode, f.band, f.cells, f.knee, f.excess) for f in shipped.fits]
+
+
+def test_thresholds_tighten_with_fewer_gated_cells():
+    model = noise.load_model()
+    assert model.threshold("hot", "> 4x L2", 100) < model.threshold("hot", "> 4x L2", 3000)
