@@ -150,3 +150,12 @@ def test_a_worker_stopped_for_a_timeout_leaks_no_semaphore(tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert "no answer in 2 s" in done.stdout, done.stderr
     assert "leaked semaphore" not in done.stderr, done.stderr
+
+
+def test_an_implementation_the_package_does_not_provide_is_skipped_not_failed():
+    """Today's suite names implementations an older commit lacks: their cells are n/a at that commit
+    (a failed cell would read as a regression of code that never existed)."""
+    cell = grid_cells(["not_in_this_commit"], ["float32"], [1024])[0]
+    with WorkerPool(["not_in_this_commit"], "cpu", timeout_s=60) as pool:
+        result = pool.measure(cell, ("hot",), "cpu", None)
+    assert result.status == "skipped" and "not provided here" in result.reason
