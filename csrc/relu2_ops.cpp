@@ -11,6 +11,8 @@
 // torch.utils.cpp_extension.load can import the library (which runs the registrations below).
 #include <Python.h>
 
+#include <string>
+
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
@@ -75,7 +77,7 @@ void relu_squared_cuda(const at::Tensor& in, at::Tensor& out) {
   const cudaError_t err = relu2_cuda_launch(in.const_data_ptr(), out.mutable_data_ptr(), in.numel(),
                                             kernel_dtype(in.scalar_type()), stream);
   TORCH_CHECK(err == cudaSuccess, kFunctional, ": CUDA kernel launch failed on ", in.device(), " for ",
-              in.numel(), " ", in.scalar_type(), " elements: ", cudaGetErrorName(err), ": ",
+              std::to_string(in.numel()), " ", in.scalar_type(), " elements: ", cudaGetErrorName(err), ": ",
               cudaGetErrorString(err));
 }
 #endif
@@ -161,7 +163,9 @@ at::Tensor vllm_relu_squared(const at::Tensor& x) {
   // A 0-d tensor is one row of one element (vLLM would reject it: it reads size(-1)).
   const int64_t width = x.dim() == 0 ? 1 : x.size(-1);
   const int64_t rows = width == 0 ? 0 : x.numel() / width;
-  TORCH_CHECK(rows <= INT32_MAX, kVllm, ": ", rows, " rows of ", width,
+  // Numbers go into messages as std::string: streaming an int64 into TORCH_CHECK's message crashed
+  // (SIGSEGV in std::ostream::_M_insert<long> inside this library) in the H200 box's CUDA build.
+  TORCH_CHECK(rows <= INT32_MAX, kVllm, ": ", std::to_string(rows), " rows of ", std::to_string(width),
               " elements; one block per row allows at most 2^31 - 1 rows");
   const c10::cuda::CUDAGuard guard(x.device());
   const at::Tensor src = x.contiguous();
@@ -170,8 +174,9 @@ at::Tensor vllm_relu_squared(const at::Tensor& x) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   const cudaError_t err = vllm_relu2_cuda_launch(src.const_data_ptr(), out.mutable_data_ptr(), rows, width,
                                                  kernel_dtype(src.scalar_type()), stream);
-  TORCH_CHECK(err == cudaSuccess, kVllm, ": CUDA kernel launch failed on ", src.device(), " for ", rows, " x ",
-              width, " ", src.scalar_type(), ": ", cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, kVllm, ": CUDA kernel launch failed on ", src.device(), " for ",
+              std::to_string(rows), " x ", std::to_string(width), " ", src.scalar_type(), ": ", cudaGetErrorName(err),
+              ": ", cudaGetErrorString(err));
   return out;
 }
 #endif
