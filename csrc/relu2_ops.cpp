@@ -45,13 +45,24 @@ void check_input(const at::Tensor& x, const char* op) {
               x.scalar_type());
 }
 
+// A shape as text, "[2, 3]", built with std::to_string: streaming integers into an error message
+// crashed inside this library on the H200 box (see vllm_relu_squared).
+std::string shape_text(at::IntArrayRef sizes) {
+  std::string text = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(sizes[i]);
+  }
+  return text + "]";
+}
+
 // out= never resizes: an out of the wrong shape is a caller bug worth reporting, not papering over.
 void check_out(const at::Tensor& x, const at::Tensor& out) {
   TORCH_CHECK(out.device() == x.device(), kOut, ": out is on ", out.device(), " but x is on ", x.device(),
               "; they must be on the same device");
   TORCH_CHECK(out.scalar_type() == x.scalar_type(), kOut, ": out has dtype ", out.scalar_type(),
               " but x has dtype ", x.scalar_type(), "; they must match");
-  TORCH_CHECK(out.sizes() == x.sizes(), kOut, ": out has shape ", out.sizes(), " but x has shape ", x.sizes(),
+  TORCH_CHECK(out.sizes() == x.sizes(), kOut, ": out has shape ", shape_text(out.sizes()), " but x has shape ",
+              shape_text(x.sizes()),
               "; they must match (out is not resized)");
 }
 
