@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 from relu2.interface import why_not
-from relu2.schema import Cell
+from relu2.schema import FAILED, SKIPPED, Cell
 
 if TYPE_CHECKING:
     from relu2.measure import CellResult
@@ -122,7 +122,7 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
         try:
             result = measure_cell(cell, modes, device, budget)
         except BaseException as e:  # noqa: BLE001  measure_cell records failures; this is its own failure
-            result = all_modes(cell, modes, "failed", f"measuring raised {describe(e)}")
+            result = all_modes(cell, modes, FAILED, f"measuring raised {describe(e)}")
         broken = _broken_context(device)
         conn.send(("result", result, broken))
         if broken:
@@ -289,22 +289,22 @@ class WorkerPool:
         if worker is None:
             raise KeyError(f"no worker for {cell.impl!r}; the pool was started for {', '.join(self.workers)}")
         if worker.ready is not None and not worker.ready.available:  # absent here, or broken (its build failed)
-            return all_modes(cell, modes, "failed" if worker.ready.broken else "skipped", worker.ready.reason)
+            return all_modes(cell, modes, FAILED if worker.ready.broken else SKIPPED, worker.ready.reason)
         if worker.dead:
-            return all_modes(cell, modes, "failed", f"not measured: {worker.dead}")
+            return all_modes(cell, modes, FAILED, f"not measured: {worker.dead}")
         try:
             worker.conn.send((cell, tuple(modes), budget))
         except (OSError, ValueError):
             pass  # it died since its last answer; _receive says how
         answer = self._receive(worker, self.timeout_s, self.timeout_s, f"measuring {cell.describe()}")
         if answer is None:
-            return all_modes(cell, modes, "failed", worker.dead)
+            return all_modes(cell, modes, FAILED, worker.dead)
         _, result, broken = answer
         if broken:
             worker.dead = f"the device broke while measuring {cell.describe()}: {broken}"
             worker.stop()
             # A sticky CUDA error may have struck during an earlier mode's replay: no figure stands.
-            return all_modes(cell, modes, "failed", worker.dead)
+            return all_modes(cell, modes, FAILED, worker.dead)
         return result
 
 

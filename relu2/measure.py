@@ -18,7 +18,7 @@ import torch
 from relu2.agreement import AgreementError, check_agreement
 from relu2.registry import Implementation, get
 from relu2.inputs import dtype_of, random_input
-from relu2.schema import Cell
+from relu2.schema import FAILED, OK, SKIPPED, Cell
 from relu2.timing import Budget, Timing, peak_memory_bytes, time_fn
 
 
@@ -72,11 +72,11 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
     try:
         impl = get(cell.impl)
     except KeyError as e:
-        return all_modes(cell, modes, "skipped", str(e.args[0]))
+        return all_modes(cell, modes, SKIPPED, str(e.args[0]))
     if impl.broken:
-        return all_modes(cell, modes, "failed", impl.reason)
+        return all_modes(cell, modes, FAILED, impl.reason)
     if not impl.supports(device):
-        return all_modes(cell, modes, "skipped", impl.why_not(device))
+        return all_modes(cell, modes, SKIPPED, impl.why_not(device))
     seconds: dict[str, float] = {}
     try:
         if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
@@ -89,15 +89,15 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
         with _phase(seconds, "fingerprint"):
             kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
     except AgreementError as e:
-        return all_modes(cell, modes, "failed", str(e))
+        return all_modes(cell, modes, FAILED, str(e))
     except torch.OutOfMemoryError as e:
         free_memory(device)
-        return all_modes(cell, modes, "skipped", f"out of memory: {first_line(e)}")
+        return all_modes(cell, modes, SKIPPED, f"out of memory: {first_line(e)}")
     except Exception as e:
         free_memory(device)
-        return all_modes(cell, modes, "failed", f"agreement check raised {describe(e)}")
+        return all_modes(cell, modes, FAILED, f"agreement check raised {describe(e)}")
 
-    result = CellResult(cell, "ok", kernel=kernel, seconds=seconds)
+    result = CellResult(cell, OK, kernel=kernel, seconds=seconds)
     for mode in modes:
         with _phase(seconds, mode):
             result.outcomes[mode] = _time_mode(impl, x, mode, budget, device)
@@ -127,13 +127,13 @@ def _input(cell: Cell, device: str) -> torch.Tensor:
 
 def _time_mode(impl: Implementation, x: torch.Tensor, mode: str, budget: Budget | None, device: str) -> Outcome:
     try:
-        return Outcome("ok", timing=time_fn(impl.fn, x, mode, budget))
+        return Outcome(OK, timing=time_fn(impl.fn, x, mode, budget))
     except torch.OutOfMemoryError as e:
         free_memory(device)
-        return Outcome("skipped", f"out of memory while timing {mode}: {first_line(e)}")
+        return Outcome(SKIPPED, f"out of memory while timing {mode}: {first_line(e)}")
     except Exception as e:
         free_memory(device)
-        return Outcome("failed", f"timing {mode} raised {describe(e)}")
+        return Outcome(FAILED, f"timing {mode} raised {describe(e)}")
 
 
 def first_line(e: BaseException) -> str:

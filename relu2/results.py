@@ -15,7 +15,7 @@ from dataclasses import asdict, field, make_dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from relu2.schema import COLUMN_NAMES, COLUMNS, ROOFLINE, derive
+from relu2.schema import COLUMN_NAMES, COLUMNS, OK, ROOFLINE, derive
 
 Row = make_dataclass(
     "Row",
@@ -49,7 +49,7 @@ def make_row(
     ``copy_median_s`` is the roofline's median for the same input and mode in the same run (NaN
     when there is none).  ``measured`` holds optional measured columns (``peak_bytes``).
     """
-    if status != "ok":
+    if status != OK:
         median_s = q25_s = q75_s = _NAN
     values = dict(machine=machine, commit=commit, date=date, impl=impl, dtype=dtype, numel=numel, shape=shape,
                   mode=mode, median_s=median_s, q25_s=q25_s, q75_s=q75_s, status=status, reason=reason,
@@ -146,7 +146,7 @@ def read_csv(path: str | os.PathLike, complete_lines_only: bool = False) -> list
 
 def _rederived(rows: list[dict]) -> list[Row]:
     copies = {(v["machine"], v["commit"], v["dtype"], v["shape"], v["mode"]): v["median_s"]
-              for v in rows if v["impl"] == ROOFLINE and v["status"] == "ok"}
+              for v in rows if v["impl"] == ROOFLINE and v["status"] == OK}
     measured = {c.name for c in COLUMNS if c.derive is None}
     out = []
     for v in rows:
