@@ -54,7 +54,7 @@ BENCHMARKS = [
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)"),
     pytest.mark.skipif(importlib.util.find_spec("asv_tachyon") is None,
-                       reason="asv-tachyon not installed (pip install -e '.[dashboard]')"),
+                       reason="asv-tachyon not installed (it is a dependency: pip install -e .)"),
     pytest.mark.skipif(shutil.which("git") is None, reason="asv publish needs git"),
 ]
 
