@@ -168,12 +168,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _load_rows(source: Path, machine_name: str | None):
     from relu2 import asv_results
-    from relu2.results import read_csv
+    from relu2.results import flag_outliers, read_csv
 
     if source.is_file():
         rows = read_csv(source)
         return [r for r in rows if r.machine == machine_name] if machine_name else rows
-    return asv_results.load_rows(source, machine=machine_name)
+    return flag_outliers(asv_results.load_rows(source, machine=machine_name))
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
