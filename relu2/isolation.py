@@ -25,6 +25,7 @@ the workers find themselves.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -33,7 +34,8 @@ import signal
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from relu2.interface import why_not
 from relu2.schema import FAILED, SKIPPED, Cell
@@ -83,6 +85,33 @@ class Ready:
         return why_not(self.available, self.reason, self.devices, device)
 
 
+# --- private compiler caches ---------------------------------------------------------------------
+
+
+def cache_environment(root: str | os.PathLike) -> dict[str, str]:
+    """The variables that point inductor's and Triton's caches into ``root``."""
+    return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"), "TRITON_CACHE_DIR": os.path.join(root, "triton")}
+
+
+@contextlib.contextmanager
+def private_caches(prefix: str = "relu2-") -> Iterator[Path]:
+    """Empty inductor and Triton caches for the block, in this process (as each worker has them for
+    its life), removed after: what is compiled in the block is all that is in them."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    env = cache_environment(root)
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield root
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # --- the worker's side ----------------------------------------------------------------------------
 
 
@@ -96,8 +125,7 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
     import faulthandler
 
     faulthandler.enable()  # a segfault in a kernel prints the Python stack it came from
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, "inductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
+    os.environ.update(cache_environment(cache_dir))  # for the worker's life; the pool removes the folder
 
     from relu2 import registry
     from relu2.measure import all_modes, describe, measure_cell

@@ -79,15 +79,7 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
         return all_modes(cell, modes, SKIPPED, impl.why_not(device))
     seconds: dict[str, float] = {}
     try:
-        if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
-            with _phase(seconds, "prepare"):
-                impl.prepare(dtype_of(cell.dtype), cell.shape, device)
-        if impl.is_relu2:
-            with _phase(seconds, "agreement"):  # a torch.compile'd implementation compiles here, untimed
-                check_agreement(impl, _input(cell, device))
-        x = _input(cell, device)
-        with _phase(seconds, "fingerprint"):
-            kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
+        x, kernel = prepare_and_check(impl, cell, device, seconds)
     except AgreementError as e:
         return all_modes(cell, modes, FAILED, str(e))
     except torch.OutOfMemoryError as e:
@@ -111,6 +103,25 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
     return result
 
 
+def prepare_and_check(impl: Implementation, cell: Cell, device: str,
+                      seconds: dict[str, float] | None = None) -> tuple[torch.Tensor, str]:
+    """What every figure of a cell is measured after: the implementation's warm-up (``prepare``),
+    bitwise agreement on a fresh input (AgreementError when it disagrees), then the input to time
+    and the fingerprint of what runs on it.  ``seconds`` gets each phase's wall time.  ``relu2
+    inspect`` takes the same steps, so what it shows is what was measured."""
+    seconds = {} if seconds is None else seconds
+    if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
+        with _phase(seconds, "prepare"):
+            impl.prepare(dtype_of(cell.dtype), cell.shape, device)
+    if impl.is_relu2:
+        with _phase(seconds, "agreement"):  # a torch.compile'd implementation compiles here, untimed
+            check_agreement(impl, fresh_input(cell, device))
+    x = fresh_input(cell, device)
+    with _phase(seconds, "fingerprint"):
+        kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
+    return x, kernel
+
+
 @contextmanager
 def _phase(seconds: dict[str, float], name: str):
     """Add the wall time of the block to ``seconds[name]``."""
@@ -121,7 +132,8 @@ def _phase(seconds: dict[str, float], name: str):
         seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
 
 
-def _input(cell: Cell, device: str) -> torch.Tensor:
+def fresh_input(cell: Cell, device: str) -> torch.Tensor:
+    """A new random input of the cell's dtype and shape (the grid's mix of values, ``relu2.inputs``)."""
     return random_input(cell.numel, dtype_of(cell.dtype), device).view(cell.shape)
 
 
