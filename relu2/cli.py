@@ -185,12 +185,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _load_rows(source: Path, machine_name: str | None):
     from relu2 import asv_results
-    from relu2.results import read_csv
+    from relu2.results import flag_outliers, read_csv
 
     if source.is_file():
         rows = read_csv(source)
         return [r for r in rows if r.machine == machine_name] if machine_name else rows
-    return asv_results.load_rows(source, machine=machine_name)
+    return flag_outliers(asv_results.load_rows(source, machine=machine_name))
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -222,6 +222,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     n = asv_results.export_csv(Path(args.results), args.out, machine=args.machine, commit=args.commit)
     if args.out:
         print(f"wrote {n} rows to {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from relu2 import publish
+
+    argv = list(args.asv_args)
+    html = publish.publish(args.config, argv[1:] if argv[:1] == ["--"] else argv)
+    print(f"relu2 publish: the dashboard is in {html}/ (serve it: python -m http.server --bind 127.0.0.1 "
+          f"--directory {html} 8080)", file=sys.stderr)
     return 0
 
 
@@ -446,6 +456,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="only this machine")
     p.add_argument("--commit", help="only this commit: a hash, a prefix or a git ref (main~1, a tag)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("publish", help="the dashboard: asv publish, asv-tachyon's offline UI, keyed by machine",
+                       description="Run `asv publish` (options after --, e.g. -- --no-pull) and `asv-tachyon "
+                       "install` over its html folder, then reshape what they published: series keyed by machine "
+                       "(GPU machines first, so the dashboard opens on the GPU history and a chosen machine shows "
+                       "its figures), no kernel fingerprints drawn, and only what `relu2 gate` gates on the "
+                       "Regressions page (no CPU machine's timings, no launch mode). The results are not touched.")
+    p.add_argument("--config", default="asv.conf.json", help="asv's configuration (default: asv.conf.json)")
+    p.add_argument("asv_args", nargs=argparse.REMAINDER, metavar="-- ASV_OPTIONS", help="passed to asv publish")
+    p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("gate", help="fail (exit 1) when HEAD is slower than BASE beyond noise, or lost a cell",
                        description=_gate_description())

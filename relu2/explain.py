@@ -11,22 +11,20 @@ gets (``Implementation.prepare``):
   SASS of the fused extension (``ld.global.v4.b32`` is a 128-bit vector; ``ld.global.b16`` a 16-bit
   scalar), which is what separates a kernel at the copy roofline from one at a fraction of it.
 
-Everything compiled here goes to private, empty caches (as in a measurement), so the PTX found in
-them is exactly what this process compiled.
+Everything compiled here goes to private, empty caches (``relu2.isolation.private_caches``, as in a
+measurement's worker), so the PTX found in them is exactly what this process compiled; the warm-up,
+agreement and fingerprint are ``relu2.measure.prepare_and_check``, a measurement's own steps.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 from relu2.schema import format_shape
 
@@ -116,27 +114,11 @@ class Explanation:
     notes: list[str] = field(default_factory=list)
 
 
-@contextlib.contextmanager
-def private_caches() -> Iterator[Path]:
-    """Empty inductor and Triton caches for the block (as a measurement's worker has), removed after."""
-    root = Path(tempfile.mkdtemp(prefix="relu2-inspect-"))
-    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
-    os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
-    try:
-        yield root
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(root, ignore_errors=True)
-
-
 def explain(name: str, dtype: str, shape: tuple[int, ...], device: str) -> Explanation:
     """Run ``name`` once on a fresh (dtype, shape) input as a measurement would, and say what ran."""
-    with private_caches() as caches:
+    from relu2.isolation import private_caches
+
+    with private_caches("relu2-inspect-") as caches:
         return _explain(name, dtype, shape, device, caches)
 
 
@@ -145,36 +127,35 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
 
     import torch
 
-    from relu2.agreement import AgreementError, check_agreement
+    from relu2.agreement import AgreementError
     from relu2.compiled import Compiled
-    from relu2.inputs import dtype_of, random_input
+    from relu2.measure import fresh_input, prepare_and_check
     from relu2.registry import get
+    from relu2.schema import Cell
 
     impl = get(name)
     if not impl.supports(device):
         from relu2.machine import UsageError
 
         raise UsageError(f"{name} cannot run on {device}: {impl.why_not(device).splitlines()[0]}")
-    torch_dtype = dtype_of(dtype)
     warmup = ""
     if isinstance(impl.fn, Compiled):
         first = impl.fn.warmup_shape(shape)
         warmup = format_shape(first) if first else ""
-    if impl.prepare is not None:
-        impl.prepare(torch_dtype, shape, device)
-    x = random_input(math.prod(shape), torch_dtype, device).view(shape)
-    try:
-        if impl.is_relu2:
-            check_agreement(impl, x)
+    cell = Cell(name, dtype, math.prod(shape), tuple(shape))
+    try:  # the steps a measurement takes before its timings (relu2.measure)
+        x, kernel = prepare_and_check(impl, cell, device)
         agreement = "ok (bitwise equal to eager)" if impl.is_relu2 else "n/a (a reference, not relu²)"
-    except AgreementError as e:
+    except AgreementError as e:  # shown, and what ran is inspected all the same
         agreement = f"FAILED: {e}"
+        x = fresh_input(cell, device)
+        kernel = impl.fingerprint(x) if impl.fingerprint else ""
     impl.fn(x)
     if device == "cuda":
         torch.cuda.synchronize()
     result = Explanation(
         impl=name, description=impl.description, dtype=dtype, shape=tuple(shape), device=device,
-        fingerprint=impl.fingerprint(x) if impl.fingerprint else "", agreement=agreement, warmup=warmup,
+        fingerprint=kernel, agreement=agreement, warmup=warmup,
     )
     if device == "cuda":
         result.launched = _launched_kernels(impl.fn, x)

@@ -25,6 +25,7 @@ the workers find themselves.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -33,10 +34,11 @@ import signal
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from relu2.interface import why_not
-from relu2.schema import Cell
+from relu2.schema import FAILED, SKIPPED, Cell
 
 if TYPE_CHECKING:
     from relu2.measure import CellResult
@@ -83,6 +85,33 @@ class Ready:
         return why_not(self.available, self.reason, self.devices, device)
 
 
+# --- private compiler caches ---------------------------------------------------------------------
+
+
+def cache_environment(root: str | os.PathLike) -> dict[str, str]:
+    """The variables that point inductor's and Triton's caches into ``root``."""
+    return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"), "TRITON_CACHE_DIR": os.path.join(root, "triton")}
+
+
+@contextlib.contextmanager
+def private_caches(prefix: str = "relu2-") -> Iterator[Path]:
+    """Empty inductor and Triton caches for the block, in this process (as each worker has them for
+    its life), removed after: what is compiled in the block is all that is in them."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    env = cache_environment(root)
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield root
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        shutil.rmtree(root, ignore_errors=True)
+
+
 # --- the worker's side ----------------------------------------------------------------------------
 
 
@@ -96,8 +125,7 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
     import faulthandler
 
     faulthandler.enable()  # a segfault in a kernel prints the Python stack it came from
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_dir, "inductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
+    os.environ.update(cache_environment(cache_dir))  # for the worker's life; the pool removes the folder
 
     from relu2 import registry
     from relu2.measure import all_modes, describe, measure_cell
@@ -125,7 +153,7 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
         try:
             result = measure_cell(cell, modes, device, budget)
         except BaseException as e:  # noqa: BLE001  measure_cell records failures; this is its own failure
-            result = all_modes(cell, modes, "failed", f"measuring raised {describe(e)}")
+            result = all_modes(cell, modes, FAILED, f"measuring raised {describe(e)}")
         broken = _broken_context(device)
         conn.send(("result", result, broken))
         if broken:
@@ -292,22 +320,22 @@ class WorkerPool:
         if worker is None:
             raise KeyError(f"no worker for {cell.impl!r}; the pool was started for {', '.join(self.workers)}")
         if worker.ready is not None and not worker.ready.available:  # absent here, or broken (its build failed)
-            return all_modes(cell, modes, "failed" if worker.ready.broken else "skipped", worker.ready.reason)
+            return all_modes(cell, modes, FAILED if worker.ready.broken else SKIPPED, worker.ready.reason)
         if worker.dead:
-            return all_modes(cell, modes, "failed", f"not measured: {worker.dead}")
+            return all_modes(cell, modes, FAILED, f"not measured: {worker.dead}")
         try:
             worker.conn.send((cell, tuple(modes), budget))
         except (OSError, ValueError):
             pass  # it died since its last answer; _receive says how
         answer = self._receive(worker, self.timeout_s, self.timeout_s, f"measuring {cell.describe()}")
         if answer is None:
-            return all_modes(cell, modes, "failed", worker.dead)
+            return all_modes(cell, modes, FAILED, worker.dead)
         _, result, broken = answer
         if broken:
             worker.dead = f"the device broke while measuring {cell.describe()}: {broken}"
             worker.stop()
             # A sticky CUDA error may have struck during an earlier mode's replay: no figure stands.
-            return all_modes(cell, modes, "failed", worker.dead)
+            return all_modes(cell, modes, FAILED, worker.dead)
         return result
 
 

@@ -18,7 +18,7 @@ import torch
 from relu2.agreement import AgreementError, check_agreement
 from relu2.registry import Implementation, get
 from relu2.inputs import dtype_of, random_input
-from relu2.schema import Cell
+from relu2.schema import FAILED, OK, SKIPPED, Cell
 from relu2.timing import Budget, Timing, peak_memory_bytes, time_fn
 
 
@@ -72,36 +72,25 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
     try:
         impl = get(cell.impl)
     except KeyError as e:
-        return all_modes(cell, modes, "skipped", str(e.args[0]))
+        return all_modes(cell, modes, SKIPPED, str(e.args[0]))
     if impl.broken:
-        return all_modes(cell, modes, "failed", impl.reason)
+        return all_modes(cell, modes, FAILED, impl.reason)
     if not impl.supports(device):
-        return all_modes(cell, modes, "skipped", impl.why_not(device))
+        return all_modes(cell, modes, SKIPPED, impl.why_not(device))
     seconds: dict[str, float] = {}
     try:
-        if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
-            with _phase(seconds, "prepare"):
-                impl.prepare(dtype_of(cell.dtype), cell.shape, device)
-        # The agreement input and the timed input are two fresh tensors, never one: an implementation
-        # that writes its input (writes_input, declared; check_agreement also hands it a clone) cannot
-        # pass its changed input on to the timers, and each cell makes its own.
-        if impl.is_relu2:
-            with _phase(seconds, "agreement"):  # a torch.compile'd implementation compiles here, untimed
-                check_agreement(impl, _input(cell, device))
-        x = _input(cell, device)
-        with _phase(seconds, "fingerprint"):
-            kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
+        x, kernel = prepare_and_check(impl, cell, device, seconds)
     except AgreementError as e:
-        return all_modes(cell, modes, "failed", str(e))
+        return all_modes(cell, modes, FAILED, str(e))
     except torch.OutOfMemoryError as e:
         free_memory(device)
-        return all_modes(cell, modes, "skipped", f"out of memory: {first_line(e)}")
+        return all_modes(cell, modes, SKIPPED, f"out of memory: {first_line(e)}")
     except Exception as e:
         free_memory(device)
-        return all_modes(cell, modes, "failed", f"agreement check raised {describe(e)}")
+        return all_modes(cell, modes, FAILED, f"agreement check raised {describe(e)}")
 
-    result = CellResult(cell, "ok", kernel=kernel, seconds=seconds)
-    fresh = None if not impl.writes_input else (lambda: _input(cell, device))
+    result = CellResult(cell, OK, kernel=kernel, seconds=seconds)
+    fresh = None if not impl.writes_input else (lambda: fresh_input(cell, device))
     for i, mode in enumerate(modes):
         # A writes_input implementation leaves relu(x) where x was: each mode's call series (and the
         # peak-memory call below) starts from a fresh input of its own, made once the spent one is
@@ -124,6 +113,28 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
     return result
 
 
+def prepare_and_check(impl: Implementation, cell: Cell, device: str,
+                      seconds: dict[str, float] | None = None) -> tuple[torch.Tensor, str]:
+    """What every figure of a cell is measured after: the implementation's warm-up (``prepare``),
+    bitwise agreement on a fresh input (AgreementError when it disagrees), then the input to time
+    and the fingerprint of what runs on it.  ``seconds`` gets each phase's wall time.  ``relu2
+    inspect`` takes the same steps, so what it shows is what was measured."""
+    seconds = {} if seconds is None else seconds
+    if impl.prepare is not None:  # e.g. a dynamic-shape compiled path meets its warm-up shape first
+        with _phase(seconds, "prepare"):
+            impl.prepare(dtype_of(cell.dtype), cell.shape, device)
+    # The agreement input and the timed input are two fresh tensors, never one: an implementation
+    # that writes its input (writes_input, declared; check_agreement also hands it a clone) cannot
+    # pass its changed input on to the timers, and each cell makes its own.
+    if impl.is_relu2:
+        with _phase(seconds, "agreement"):  # a torch.compile'd implementation compiles here, untimed
+            check_agreement(impl, fresh_input(cell, device))
+    x = fresh_input(cell, device)
+    with _phase(seconds, "fingerprint"):
+        kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
+    return x, kernel
+
+
 @contextmanager
 def _phase(seconds: dict[str, float], name: str):
     """Add the wall time of the block to ``seconds[name]``."""
@@ -134,7 +145,8 @@ def _phase(seconds: dict[str, float], name: str):
         seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start
 
 
-def _input(cell: Cell, device: str) -> torch.Tensor:
+def fresh_input(cell: Cell, device: str) -> torch.Tensor:
+    """A new random input of the cell's dtype and shape (the grid's mix of values, ``relu2.inputs``)."""
     return random_input(cell.numel, dtype_of(cell.dtype), device).view(cell.shape)
 
 
@@ -146,13 +158,13 @@ def _time_mode(impl: Implementation, x: torch.Tensor | None, mode: str, budget: 
         if x is None:
             assert fresh is not None
             x = fresh()
-        return Outcome("ok", timing=time_fn(impl.fn, x, mode, budget))
+        return Outcome(OK, timing=time_fn(impl.fn, x, mode, budget))
     except torch.OutOfMemoryError as e:
         free_memory(device)
-        return Outcome("skipped", f"out of memory while timing {mode}: {first_line(e)}")
+        return Outcome(SKIPPED, f"out of memory while timing {mode}: {first_line(e)}")
     except Exception as e:
         free_memory(device)
-        return Outcome("failed", f"timing {mode} raised {describe(e)}")
+        return Outcome(FAILED, f"timing {mode} raised {describe(e)}")
 
 
 def first_line(e: BaseException) -> str:

@@ -473,22 +473,22 @@ def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: s
     cell.sort(key=lambda r: (r.date, order.get(r.commit, -1), r.commit))
     by_commit: dict[str, Row] = {}
     for r in cell:  # one figure per commit; an ok figure beats a failed one
-        if r.commit not in by_commit or (by_commit[r.commit].status != "ok" and r.status == "ok"):
+        if r.commit not in by_commit or (by_commit[r.commit].status != OK and r.status == OK):
             by_commit[r.commit] = r
     points = list(by_commit.values())
-    if not any(p.status == "ok" for p in points):
+    if not any(p.status == OK for p in points):
         return []
     colour, marker = impl_style(impl).colour, impl_style(impl).marker
     fig, ax = plt.subplots(figsize=(max(6.5, 0.9 * len(points) + 2.5), 4.2))
     xs = list(range(len(points)))
-    ok = [(x, p) for x, p in zip(xs, points) if p.status == "ok" and math.isfinite(p.median_s)]
+    ok = [(x, p) for x, p in zip(xs, points) if p.status == OK and math.isfinite(p.median_s)]
     med = [p.median_s * 1e6 for _, p in ok]
     yerr = [[max(0.0, (p.median_s - p.q25_s) * 1e6) for _, p in ok],
             [max(0.0, (p.q75_s - p.median_s) * 1e6) for _, p in ok]]
     ax.errorbar([x for x, _ in ok], med, yerr=yerr, color=colour, marker=marker, markersize=6, capsize=4,
                 linestyle=mode_of(mode).linestyle, linewidth=1.4)
     for x, p in zip(xs, points):
-        if p.status != "ok":
+        if p.status != OK:
             ax.annotate(p.status, (x, 0), xycoords=("data", "axes fraction"), xytext=(0, 6),
                         textcoords="offset points", ha="center", color="#B00020", fontsize=9)
     ax.set_xticks(xs)

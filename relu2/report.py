@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from relu2.schema import BASELINE, COLUMNS, FLAG_DOCS
+from relu2.schema import BASELINE, COLUMNS, FLAG_DOCS, OK
 
 if TYPE_CHECKING:
     from relu2.agreement import Matrix
@@ -24,11 +24,11 @@ _WIDTH = 11
 def speedups(rows: Iterable["Row"]) -> dict[int, float]:
     """id(row) -> baseline median / row median, for ok rows whose baseline twin (dtype, shape, mode) is ok."""
     rows = list(rows)
-    base = {(r.dtype, r.shape, r.mode): r.median_s for r in rows if r.impl == BASELINE and r.status == "ok"}
+    base = {(r.dtype, r.shape, r.mode): r.median_s for r in rows if r.impl == BASELINE and r.status == OK}
     return {
         id(r): base[(r.dtype, r.shape, r.mode)] / r.median_s
         for r in rows
-        if r.status == "ok" and (r.dtype, r.shape, r.mode) in base and r.median_s > 0
+        if r.status == OK and (r.dtype, r.shape, r.mode) in base and r.median_s > 0
     }
 
 
@@ -46,7 +46,7 @@ def format_table(rows: Iterable["Row"]) -> str:
     seen_flags: set[str] = set()
     for r in rows:
         left = "".join(f"{getattr(r, name):<{w}}" for name, w in _KEY_WIDTHS)
-        if r.status != "ok":
+        if r.status != OK:
             reason = r.reason.splitlines()[0][:90] if r.reason else ""
             lines.append(f"{left}{r.status.upper():>{_WIDTH}}  {reason}")
             continue

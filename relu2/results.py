@@ -11,11 +11,11 @@ import io
 import math
 import os
 import tempfile
-from dataclasses import asdict, field, make_dataclass
+from dataclasses import asdict, field, make_dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from relu2.schema import COLUMN_NAMES, COLUMNS, ROOFLINE, derive
+from relu2.schema import COLUMN_NAMES, COLUMNS, OK, OUTLIER, OUTLIER_FACTOR, ROOFLINE, derive
 
 Row = make_dataclass(
     "Row",
@@ -49,7 +49,7 @@ def make_row(
     ``copy_median_s`` is the roofline's median for the same input and mode in the same run (NaN
     when there is none).  ``measured`` holds optional measured columns (``peak_bytes``).
     """
-    if status != "ok":
+    if status != OK:
         median_s = q25_s = q75_s = _NAN
     values = dict(machine=machine, commit=commit, date=date, impl=impl, dtype=dtype, numel=numel, shape=shape,
                   mode=mode, median_s=median_s, q25_s=q25_s, q75_s=q75_s, status=status, reason=reason,
@@ -57,6 +57,43 @@ def make_row(
     derive(values)
     del values["copy_median_s"]
     return Row(**values)
+
+
+def flag_outliers(rows: Iterable[Row]) -> list[Row]:
+    """``rows`` with the ``outlier`` flag (``relu2.schema.OUTLIER``) set where it holds and cleared
+    where it does not, judged within each machine, commit, implementation, dtype and mode.
+
+    The one place the flag is computed: every set of rows passes here (the sweep's rows, every CSV
+    written or read, the plots of asv results), so running it again changes nothing.
+    """
+    rows = list(rows)
+    series: dict[tuple, dict[int, Row]] = {}  # per series: the fastest ok figure at each size
+    for r in rows:
+        if r.status == OK and math.isfinite(r.median_s) and r.median_s > 0:
+            at = series.setdefault((r.machine, r.commit, r.impl, r.dtype, r.mode), {})
+            if r.numel not in at or r.median_s < at[r.numel].median_s:
+                at[r.numel] = r
+    out = []
+    for r in rows:
+        flags = [f for f in r.flags.split(";") if f and f != OUTLIER]
+        at = series.get((r.machine, r.commit, r.impl, r.dtype, r.mode), {})
+        if r.numel in at and r.median_s > 0 and _is_outlier(r, at):
+            flags.append(OUTLIER)
+        joined = ";".join(flags)
+        out.append(r if joined == r.flags else replace(r, flags=joined))
+    return out
+
+
+def _is_outlier(row: Row, at: dict[int, Row]) -> bool:
+    sizes = sorted(at)
+    k = sizes.index(row.numel)
+    bounds = []
+    if k > 0:  # the smaller neighbour, scaled up by the bytes: time grows no faster than bytes
+        smaller = at[sizes[k - 1]]
+        bounds.append(smaller.median_s * row.bytes / smaller.bytes)
+    if k + 1 < len(sizes):  # the larger neighbour as it is: more bytes never take less time
+        bounds.append(at[sizes[k + 1]].median_s)
+    return bool(bounds) and all(row.median_s >= OUTLIER_FACTOR * b for b in bounds)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
@@ -89,11 +126,11 @@ def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
 
 
 def csv_text(rows: Iterable[Row]) -> str:
-    """Rows as CSV text with the ``COLUMN_NAMES`` header."""
+    """Rows as CSV text with the ``COLUMN_NAMES`` header; a CSV is a whole set, so ``flag_outliers`` first."""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=COLUMN_NAMES, lineterminator="\n")
     writer.writeheader()
-    for row in rows:
+    for row in flag_outliers(rows):
         writer.writerow(asdict(row))
     return buf.getvalue()
 
@@ -139,14 +176,13 @@ def read_csv(path: str | os.PathLike, complete_lines_only: bool = False) -> list
             if c.name not in values and not c.required:
                 values[c.name] = c.default
         rows.append(values)
-    if rederive:
-        return _rederived(rows)
-    return [Row(**values) for values in rows]
+    # A CSV of an older relu2 lacks the flags that compare rows with their neighbours.
+    return flag_outliers(_rederived(rows) if rederive else [Row(**values) for values in rows])
 
 
 def _rederived(rows: list[dict]) -> list[Row]:
     copies = {(v["machine"], v["commit"], v["dtype"], v["shape"], v["mode"]): v["median_s"]
-              for v in rows if v["impl"] == ROOFLINE and v["status"] == "ok"}
+              for v in rows if v["impl"] == ROOFLINE and v["status"] == OK}
     measured = {c.name for c in COLUMNS if c.derive is None}
     out = []
     for v in rows:

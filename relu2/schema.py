@@ -443,10 +443,22 @@ def _flags(v: Mapping[str, Any]) -> str:
     return ";".join(flags)
 
 
+# A figure is judged against its neighbours too: relu² is memory-bound, so a size takes no longer
+# than the next larger one, nor longer than the next smaller one scaled up by the bytes.  A median
+# OUTLIER_FACTOR times both (one, at the ends of the sizes) is a disturbed measurement, not the
+# kernel (a CPU sweep once gave 10 ms between neighbours of 25 µs; its rerun 30 µs).  This needs the
+# rows of a whole sweep or commit, so it is not a ``derive`` of one row: ``relu2.results.flag_outliers``
+# adds it to a set of rows.
+OUTLIER = "outlier"
+OUTLIER_FACTOR = 10.0
+
 FLAG_DOCS: Mapping[str, str] = {
     "above-roofline": f"a kernel time more than {ABOVE_ROOFLINE:.2f}x as fast as a copy of the same bytes "
                       f"in the same run (checked from {ABOVE_ROOFLINE_MIN_BYTES >> 20} MiB moved)",
     "wide-iqr": "interquartile range wider than the median: the samples disagree",
+    OUTLIER: f"a median at least {OUTLIER_FACTOR:.0f}x the same implementation's, dtype's and mode's at the "
+             "next larger size and at the next smaller size scaled by the bytes, in the same run: "
+             "implausible for a memory-bound op",
 }
 
 COLUMNS: tuple[Column, ...] = (

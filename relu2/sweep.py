@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Protocol, Sequence
 
 from tqdm import tqdm
 
-from relu2.results import Row, make_row, read_csv, write_csv
+from relu2.results import Row, flag_outliers, make_row, read_csv, write_csv
 from relu2.schema import ROOFLINE, Cell, check_modes
 
 if TYPE_CHECKING:
@@ -314,7 +314,8 @@ def run_resumable(
             rows[key] = sweep.rows(machine, commit, date)
             write_csv(_in_cell_order(cells, rows), checkpoint)  # atomic: a kill here keeps the last one
             bar.update(len(group))
-    return _in_cell_order(cells, rows)
+    # Judged once every size is in: a checkpoint's flags saw only the inputs measured by then.
+    return flag_outliers(_in_cell_order(cells, rows))
 
 
 class _ContentionWatch:

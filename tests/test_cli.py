@@ -13,7 +13,7 @@ from relu2 import cli
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-SUBCOMMANDS = ("info", "check", "sweep", "plot", "export", "gate", "asv", "build")
+SUBCOMMANDS = ("info", "check", "sweep", "plot", "export", "publish", "gate", "asv", "build")
 
 
 def squares_everything(x):
@@ -119,3 +119,9 @@ def test_gate_exit_codes_from_the_command_line(tmp_path, capsys):
     assert cli.main(["gate", fx.COMMIT_1[:8], fx.COMMIT_2[:8], "--results", str(results)]) == 0
     assert cli.main(["gate", fx.COMMIT_2[:8], fx.COMMIT_2[:8], "--results", str(results)]) == 2  # one commit
     assert cli.main(["gate", "0000000", fx.COMMIT_2[:8], "--results", str(results)]) == 2
+
+
+def test_publish_without_a_configuration_is_one_line(tmp_path, capsys):
+    assert cli.main(["publish", "--config", str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.json" in err[0]

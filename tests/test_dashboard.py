@@ -54,7 +54,7 @@ BENCHMARKS = [
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium not installed (apt-get install chromium)"),
     pytest.mark.skipif(importlib.util.find_spec("asv_tachyon") is None,
-                       reason="asv-tachyon not installed (pip install -e '.[dashboard]')"),
+                       reason="asv-tachyon not installed (it is a dependency: pip install -e .)"),
     pytest.mark.skipif(shutil.which("git") is None, reason="asv publish needs git"),
 ]
 
@@ -75,8 +75,9 @@ def site(tmp_path_factory) -> Path:
     return _build_site(tmp_path_factory.mktemp("dashboard"))
 
 
-def _build_site(root: Path, edit=None) -> Path:
-    """Publish a copy of the fixture (after ``edit(results)``) and install tachyon over it."""
+def _build_site(root: Path, edit=None, relu2_publish: bool = False) -> Path:
+    """Publish a copy of the fixture (after ``edit(results)``) and install tachyon over it: with asv's
+    and tachyon's own commands, or with ``relu2 publish`` (both, then the reshaping)."""
     home = root / "home"
     home.mkdir()
     # A private HOME: asv reads ~/.asv-machine.json and git reads ~/.gitconfig; neither may leak in.
@@ -100,6 +101,9 @@ def _build_site(root: Path, edit=None) -> Path:
         "results_dir": str(results),
         "html_dir": str(html),
     }))
+    if relu2_publish:
+        _run([sys.executable, "-m", "relu2", "publish", "--config", str(conf), "--", "--no-pull"], env, root)
+        return html
     # The installed asv of this interpreter, and asv-tachyon's own CLI (`asv-tachyon install HTML_DIR`).
     _run([sys.executable, "-m", "asv", "publish", "--no-pull", "--config", str(conf)], env, root)
     _run([sys.executable, "-m", "asv_tachyon", "install", str(html)], env, root)
@@ -288,3 +292,83 @@ def test_console_errors_are_seen(site: Path, server: Server, tmp_path: Path):
     assert any("undefinedFunction" in e for e in page.errors()), page.console
     assert any("all-good-marker" in m for m in page.console)  # logged, but not an error
     assert not any("all-good-marker" in e for e in page.errors())
+
+
+# --- issue 19: the dashboard opens on the GPU history, a chosen machine shows its figures ------------
+
+CPU_BOX = "a-cpu-box"  # sorts before fixture-machine: asv lists it first, and tachyon opened on it
+
+
+def _two_machines_and_fingerprints(results: Path) -> None:
+    """A CPU machine beside the fixture's GPU one (other python, gpu none: its own environment), a
+    fingerprint benchmark (unit "kernel id") on both, and a launch slowdown on the GPU at commit 3:
+    what asv alone would show as the first machine, a chart, and a regression the gate does not gate."""
+    benchmarks = json.loads((results / "benchmarks.json").read_text())
+    kernel = dict(benchmarks[fx.PLANTED_BENCH], name="bench_relu2.Grid.track_kernel", unit="kernel id")
+    benchmarks[kernel["name"]] = kernel
+    (results / "benchmarks.json").write_text(json.dumps(benchmarks))
+    cpu = results / CPU_BOX
+    shutil.copytree(results / fx.MACHINE, cpu)
+    info = json.loads((cpu / "machine.json").read_text())
+    (cpu / "machine.json").write_text(json.dumps({**info, "machine": CPU_BOX, "gpu": "none", "cpu": "2 cores"}))
+    for path in [*cpu.glob("*-*.json"), *(results / fx.MACHINE).glob("*-*.json")]:
+        data = json.loads(path.read_text())
+        data["results"][kernel["name"]] = data["results"][fx.PLANTED_BENCH]
+        if path.parent == cpu:
+            data["params"].update(machine=CPU_BOX, gpu="none", cpu="2 cores", python="3.12")
+        elif data["commit_hash"] == fx.COMMIT_3:
+            row = data["results"]["bench_relu2.Grid.track_launch"]
+            column = data["result_columns"].index("result")
+            row[column] = [v * 1.5 if v is not None else None for v in row[column]]
+        path.write_text(json.dumps(data))
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> tuple[Path, Path]:
+    """The same two-machine results, published by asv and tachyon alone and by ``relu2 publish``."""
+    root = tmp_path_factory.mktemp("relu2-publish")
+    (root / "asv").mkdir()
+    (root / "relu2").mkdir()
+    return (_build_site(root / "asv", _two_machines_and_fingerprints),
+            _build_site(root / "relu2", _two_machines_and_fingerprints, relu2_publish=True))
+
+
+def _tiles(page: Page) -> dict[str, str]:
+    """Overview tile text by benchmark name."""
+    return {m.group(1): page_text(m.group(2)) for m in
+            re.finditer(r'data-bench="([^"]+)".*?class="foot">(.*?)</div>', page.dom, re.S)}
+
+
+def test_relu2_publish_opens_on_the_gpu_and_a_chosen_machine_shows_its_figures(published, tmp_path: Path):
+    plain, site = published
+    plain_regressions = json.loads((plain / "regressions.json").read_text())["regressions"]
+    assert {r[2]["machine"] for r in plain_regressions} == {CPU_BOX, fx.MACHINE}  # what asv alone lists
+    assert any("track_launch" in r[0] for r in plain_regressions)
+    # asv and tachyon alone: the page opens on asv's first environment (os.walk's order), and choosing
+    # the other machine keeps the first one's python, cpu and gpu, so no series matches: all "—".
+    first = json.loads((plain / "index.json").read_text())["graph_param_list"][0]["machine"]
+    other = ({CPU_BOX, fx.MACHINE} - {first}).pop()
+    with _serve(plain) as url:
+        before = load(f"{url}#machine={other}", tmp_path, "plain-chosen", height=1400)
+    assert before.errors() == [] and set(_tiles(before).values()) == {"—"}, _tiles(before)
+
+    with _serve(site) as url:
+        opened = load(url, tmp_path, "published", height=1400)
+        chosen = load(f"{url}#machine={CPU_BOX}", tmp_path, "published-cpu", height=1400)
+        regressions = load(f"{url}#view=regressions", tmp_path, "published-regressions", height=700)
+    for page in (opened, chosen, regressions):
+        assert page.errors() == []
+        assert "kernel id" not in page.text and "track_kernel" not in page.text  # fingerprints are not drawn
+    index = json.loads((site / "index.json").read_text())
+    assert index["graph_param_list"][0]["machine"] == fx.MACHINE  # the GPU first: the page opens on it
+    for page in (opened, chosen):
+        tiles = _tiles(page)
+        assert tiles and all("—" not in t and re.search(r"\d", t) for t in tiles.values()), tiles
+    # Opened on the GPU: its launch tile has commit 3's slowdown, which the CPU copy of the data has not.
+    assert "+46" in _tiles(opened)["bench_relu2.Grid.track_launch"]
+    assert "+46" not in _tiles(chosen)["bench_relu2.Grid.track_launch"]
+    # Regressions: only what the gate gates (a GPU's hot, cold and peak memory), the planted one
+    assert [r[0] for r in json.loads((site / "regressions.json").read_text())["regressions"]] == [PLANTED_NAME]
+    assert PLANTED_NAME in regressions.text and CPU_BOX not in regressions.text
+    assert "track_launch" not in regressions.text
+    assert opened.screenshot.stat().st_size > 20_000

@@ -72,3 +72,31 @@ def test_gpu_inspect_reads_load_widths_from_ptx_and_sass():
     (kernel,) = static.kernels
     assert kernel.language == "triton" and "@triton.jit" in kernel.source and kernel.launch
     assert any(a.op == "load" and a.bits == 128 for a in kernel.accesses)
+
+
+def test_inspect_takes_a_measurements_own_steps(monkeypatch):
+    """relu2 inspect calls measure's prepare/agreement/fingerprint and isolation's private caches,
+    rather than a copy of them that could drift from what a sweep measures (issue 19)."""
+    import os
+
+    from relu2 import isolation, measure
+
+    calls = []
+    prepare_and_check, private_caches = measure.prepare_and_check, isolation.private_caches
+
+    def spy_prepare(impl, cell, device, seconds=None):
+        calls.append(("prepare_and_check", cell.describe(), os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")))
+        return prepare_and_check(impl, cell, device, seconds)
+
+    def spy_caches(*args, **kwargs):
+        calls.append(("private_caches",))
+        return private_caches(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "prepare_and_check", spy_prepare)
+    monkeypatch.setattr(isolation, "private_caches", spy_caches)
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    result = explain("eager", "float32", (4, 1024), "cpu")
+    assert [c[0] for c in calls] == ["private_caches", "prepare_and_check"]
+    assert calls[1][1] == "eager float32 4x1024" and "relu2-inspect-" in calls[1][2]
+    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before  # restored after
+    assert result.agreement.startswith("ok") and result.fingerprint == ""

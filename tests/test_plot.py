@@ -172,3 +172,30 @@ def test_every_line_and_ceiling_is_inside_the_axes(rows, tmp_path, monkeypatch):
     assert all(hi >= max(top, ceiling) for _, hi in limits["bandwidth"])
     slowest = max(r.q75_s for r in plot.size_rows(plot.ok_rows(at)) if r.mode in ("hot", "cold")) * 1e6
     assert all(hi >= slowest for _, hi in limits["latency"])
+
+
+def test_a_copy_far_above_the_rest_stays_inside_its_panel(rows, tmp_path, monkeypatch):
+    """Issue 19 row 19: in one panel (float16) copy's GB/s, and so its ceiling, far above every other
+    line: the line and the ceiling are inside the axes, in every panel of the shared y."""
+    drawn: dict[str, list[tuple[tuple[float, float], list[float]]]] = {}
+    save = plot._save
+
+    def recording(fig, out_dir, stem):
+        drawn[stem] = [(ax.get_ylim(), [y for line in ax.get_lines() for y in line.get_ydata()]) for ax in fig.axes]
+        return save(fig, out_dir, stem)
+
+    monkeypatch.setattr(plot, "_save", recording)
+    at = plot.select_commit(rows, fx.COMMIT_3)
+    # a float16 panel between the other two (the fixture has none: bfloat16's figures, renamed)
+    fp16 = [dataclasses.replace(r, dtype="float16") for r in at if r.dtype == "bfloat16"]
+    fast = at + [dataclasses.replace(r, median_s=r.median_s / 400, q25_s=r.q25_s / 400, q75_s=r.q75_s / 400,
+                                     gbps=r.gbps * 400) if r.impl == "copy" else r for r in fp16]
+    assert plot.plot_bandwidth(fast, tmp_path) and plot.plot_latency(fast, tmp_path)
+    ceiling = plot.copy_ceiling_gbps(fast, "float16")
+    fp16_ok = [r for r in plot.ok_rows(fast) if r.dtype == "float16"]
+    assert max(r.gbps for r in fp16_ok if r.impl == "copy") > 10 * max(r.gbps for r in fp16_ok if r.impl != "copy")
+    for stem in ("bandwidth", "latency"):  # nothing runs off the top (latency's memory floor may leave at the foot)
+        assert len(drawn[stem]) == 3
+        for (lo, hi), ys in drawn[stem]:
+            assert ys and max(ys) <= hi and (stem == "latency" or min(ys) >= lo), stem
+    assert any(ceiling in ys for _, ys in drawn["bandwidth"])  # the ceiling is drawn, inside
