@@ -270,7 +270,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     if repo is None:
         return _fail("confirm", "run it inside the git checkout that holds both commits")
     report = confirm.confirm(repo, args.base, args.head, targets, args.rounds, machine.resolve_device(args.device),
-                             progress=not args.no_progress)
+                             progress=not args.no_progress, machine=args.machine or "")
     if args.out:
         atomic_write_text(args.out, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
     print(confirm.format_confirmation(report))
@@ -518,6 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
     p.add_argument("--rounds", type=_positive(int), default=3, help="fresh processes per side (default 3)")
     p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
+    p.add_argument("--machine", help="the machine name to record (default: this host's name)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     _add_device(p)
     p.set_defaults(func=cmd_confirm)

@@ -13,8 +13,10 @@ network) into a folder of its own, so its implementations are found through inte
 would find them; the instrument is this one, copied once (``relu2.asv_run.instrument``) and put
 first on ``sys.path`` of every process, so both sides are measured with the same ruler.
 
-Output (``--out``, JSON): ``{"base": sha, "head": sha, "device": str, "rounds": int, "cells": [{"impl",
-"dtype", "shape", "mode", "base": [seconds per round], "head": [...], "base_status", "head_status"}]}``.
+Output (``--out``, JSON): relu2.verdict's ``Remeasurement`` contract, ``{"base": sha, "head": sha,
+"machine": str, "device": str, "rounds": int, "cells": [{"benchmark", "params", "base_rounds": [seconds per
+round], "head_rounds": [...], "impl", "dtype", "shape", "mode", "base_status", "head_status"}]}``;
+``benchmark`` and ``params`` are the gate report's (empty for a cell named with ``--cell``).
 """
 
 from __future__ import annotations
@@ -38,10 +40,13 @@ DEFAULT_ROUNDS = 3
 
 @dataclass(frozen=True)
 class Target:
-    """One figure to confirm: a cell in one timing mode."""
+    """One figure to confirm: a cell in one timing mode (and, from a gate report, the benchmark and
+    parameters it was flagged under)."""
 
     cell: Cell
     mode: str
+    benchmark: str = ""
+    params: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         return f"{self.cell.describe()} {self.mode}"
@@ -55,17 +60,19 @@ class Confirmed:
     dtype: str
     shape: str
     mode: str
-    base: list[float] = field(default_factory=list)
-    head: list[float] = field(default_factory=list)
+    benchmark: str = ""
+    params: dict[str, str] = field(default_factory=dict)
+    base_rounds: list[float] = field(default_factory=list)
+    head_rounds: list[float] = field(default_factory=list)
     base_status: str = OK
     head_status: str = OK
 
     @property
     def ratio(self) -> float:
         """head / base of the medians over rounds (NaN when a side has none)."""
-        if not self.base or not self.head:
+        if not self.base_rounds or not self.head_rounds:
             return float("nan")
-        return statistics.median(self.head) / statistics.median(self.base)
+        return statistics.median(self.head_rounds) / statistics.median(self.base_rounds)
 
 
 def parse_target(text: str) -> Target:
@@ -95,7 +102,7 @@ def targets_from_gate(report: dict) -> list[Target]:
             continue
         numel, shape = geometry(params)
         cell = Cell(params["impl"], params.get("dtype", "bfloat16"), numel, parse_shape(shape))
-        out.setdefault((cell, mode), Target(cell, mode))
+        out.setdefault((cell, mode), Target(cell, mode, change["benchmark"], tuple(sorted(params.items()))))
     return list(out.values())
 
 
@@ -197,7 +204,7 @@ def _worker() -> int:
 
 def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds: int = DEFAULT_ROUNDS,
             device: str | None = None, measured: str = "relu2-bench", timeout_s: float = 600.0,
-            progress: bool = True) -> dict:
+            progress: bool = True, machine: str = "") -> dict:
     """Measure ``targets`` ``rounds`` times on each side, interleaved; the report as plain data."""
     from relu2.asv_run import instrument
     from relu2.machine import default_device
@@ -205,7 +212,8 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
     device = device or default_device()
     base_sha, head_sha = _git(repo, "rev-parse", base), _git(repo, "rev-parse", head)
     results = {(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode):
-               Confirmed(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode) for t in targets}
+               Confirmed(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode, t.benchmark, dict(t.params))
+               for t in targets}
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="relu2-confirm-") as scratch, instrument() as copy, \
             sides(repo, base_sha, head_sha, Path(scratch)) as (b, h):
@@ -215,14 +223,16 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
                 for key, entry in results.items():
                     status, median = got.get(key, ("not measured", float("nan")))
                     if status == OK:
-                        getattr(entry, side.name).append(median)
+                        getattr(entry, f"{side.name}_rounds").append(median)
                     else:  # the reason stays; the other rounds' figures still count
                         setattr(entry, f"{side.name}_status", status)
                 if progress:
                     print(f"relu2 confirm: round {r + 1}/{rounds} {side.name} ({side.commit[:8]}) done at "
                           f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return {"base": base_sha, "head": head_sha, "device": device, "rounds": rounds,
-            "cells": [asdict(c) for c in results.values()]}
+    import socket
+
+    return {"base": base_sha, "head": head_sha, "machine": machine or socket.gethostname(), "device": device,
+            "rounds": rounds, "cells": [asdict(c) for c in results.values()]}
 
 
 def format_confirmation(report: dict) -> str:
@@ -232,8 +242,8 @@ def format_confirmation(report: dict) -> str:
     lines = [f"base {report['base'][:8]}  head {report['head'][:8]}  {report['rounds']} rounds on {report['device']}"]
     for c in report["cells"]:
         entry = Confirmed(**c)
-        b = format_seconds(statistics.median(entry.base)) if entry.base else entry.base_status
-        h = format_seconds(statistics.median(entry.head)) if entry.head else entry.head_status
+        b = format_seconds(statistics.median(entry.base_rounds)) if entry.base_rounds else entry.base_status
+        h = format_seconds(statistics.median(entry.head_rounds)) if entry.head_rounds else entry.head_status
         lines.append(f"  {entry.ratio:6.3f}x  {b:>10} -> {h:>10}  {entry.impl} {entry.dtype} {entry.shape} {entry.mode}")
     return "\n".join(lines)
 

@@ -252,17 +252,20 @@ def relu_squared(x, out=None):  # the same result, computed 30 times
     head = git(project, "rev-parse", "HEAD")
     git(project, "checkout", "-q", base)
     out = tmp_path / "confirm.json"
-    run = subprocess.run([sys.executable, "-m", "relu2", "confirm", base, head, "--rounds", "2", "--device", "cpu",
+    run = subprocess.run([sys.executable, "-m", "relu2", "confirm", base, head, "--rounds", "3", "--device", "cpu",
                           "--cell", "fused:float32:65536:hot", "--cell", "eager:float32:65536:hot", "--out", str(out)],
                          cwd=project, capture_output=True, text=True, timeout=900,
                          env=dict(os.environ, RELU2_CACHE_DIR=str(tmp_path / "kernel-cache")))
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert (report["base"], report["head"], report["rounds"]) == (base, head, 2)
+    assert (report["base"], report["head"], report["rounds"]) == (base, head, 3)
+    from relu2.verdict import read_remeasurement
+
+    assert len(read_remeasurement(out).cells) == 2  # what relu2 gate --confirmed reads
     by_impl = {c["impl"]: c for c in report["cells"]}
     for cell in by_impl.values():
-        assert len(cell["base"]) == len(cell["head"]) == 2  # a figure per round and side
-    ratio = {impl: (sorted(c["head"])[0] / sorted(c["base"])[-1]) for impl, c in by_impl.items()}
+        assert len(cell["base_rounds"]) == len(cell["head_rounds"]) == 3  # a figure per round and side
+    ratio = {impl: (sorted(c["head_rounds"])[0] / sorted(c["base_rounds"])[-1]) for impl, c in by_impl.items()}
     assert ratio["fused"] > 5, report
-    assert 0.2 < by_impl["eager"]["head"][0] / by_impl["eager"]["base"][0] < 5, report
+    assert 0.2 < by_impl["eager"]["head_rounds"][0] / by_impl["eager"]["base_rounds"][0] < 5, report
     assert git(project, "worktree", "list").count("\n") == 0  # the worktrees are gone
