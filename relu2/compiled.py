@@ -31,6 +31,7 @@ import torch
 
 from relu2.interface import Compile
 from relu2.reference import relu_squared_reference
+from relu2.schema import KERNEL_CODE_DIGITS
 
 WARMUP_NUMEL_1D = 2**24  # a 1-D input's first call: the same order of bytes as a prefill activation
 # Static compilation specialises on every shape; a sweep sees dozens.  Dynamo keeps its cache per
@@ -162,8 +163,10 @@ class Compiled:
         code = serving_code(self, x)
         if not code:
             return ""
-        picks = launch_configs(code)
-        return _code_hash(code + "".join(f"\n# launched {name}: {c}" for name, c in sorted(picks.items())))
+        picks = "".join(f"{name}: {c}\n" for name, c in sorted(launch_configs(code).items()))
+        code_hash, pick_hash = _code_hash(code), hashlib.sha256(picks.encode()).hexdigest()
+        # The layout relu2.schema.KERNEL_CODE_DIGITS describes: the code's digits, then the pick's.
+        return code_hash[:KERNEL_CODE_DIGITS] + pick_hash[:KERNEL_CODE_DIGITS] + code_hash[KERNEL_CODE_DIGITS:]
 
 
 def serving_code(path: Compiled, x: torch.Tensor) -> str:

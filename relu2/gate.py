@@ -26,6 +26,7 @@ from relu2.asv_results import ResultsError, commit_dates, iso_date, load_records
     resolve_commit
 from relu2.gate_report import CPU_WHY, LAUNCH_WHY, GateReport, format_spread, format_value  # noqa: F401 (API)
 from relu2.noise import LARGEST_BAND, NoiseModel, Resolution, Rule
+from relu2.schema import OK
 from relu2.verdict import GATED_MODES, SUMMARY, TIMING_MODES, Cell, Change, VerdictInputError, check_versions, \
     compare, confirm, decode, read_remeasurement, spread
 
@@ -193,7 +194,7 @@ def gate(
         regressions, unconfirmed = _confirm(found.regressions, confirmed, base_full, head_full, rule_for, l2,
                                             base_records)
         confirmation = str(confirmed)
-    ok_base = [r for r in base_records if r.status == "ok"]
+    ok_base = [r for r in base_records if r.status == OK]
     cells = [decode(r) for r in ok_base]
     overrides = {k: v for k, v in (("factor", factor), ("floor_s", floor_s), ("gate_launch", gate_launch),
                                    ("allow_missing", tuple(allow_missing))) if v not in (None, ())}
@@ -202,6 +203,7 @@ def gate(
         regressions=regressions, flagged=found.regressions, unconfirmed=unconfirmed, confirmation=confirmation,
         new_failures=found.new_failures, vanished=found.vanished, allowed=found.allowed,
         failed_at_base=found.failed_at_base, not_gated=found.not_gated, improvements=found.improvements,
+        repicked=found.repicked,
         base_date=iso_date(base_dates.get(base_full))[:10], head_date=iso_date(head_dates.get(head_full))[:10],
         resolution=resolution(cells, [float(r.value) for r in ok_base], rule_for, found.gated, model, l2),
         spread=spread(base_records, head_records) if with_spread else [], cpu=cpu, overrides=overrides,

@@ -9,9 +9,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from relu2.noise import Resolution
-from relu2.schema import format_bytes, format_seconds
+from relu2.schema import FAILED, format_bytes, format_seconds
 from relu2.verdict import Change, Spread
 
+REPICKED_WHY = ("the same generated code; autotuning picked another launch configuration on this box: "
+                "not a slowdown of the same kernel, reported, never failing")
 LAUNCH_WHY = ("host wall clock: identical code moved 0.39-1.91x between two freshly started boxes "
               "(docs/results.md), so launch is reported, not gated; --gate-launch RATIO gates it")
 CPU_WHY = ("a CPU machine (machine.json: gpu none): on a shared 2-core CPU, two commits with the same "
@@ -35,6 +37,7 @@ class GateReport:
     failed_at_base: list[Change] = field(default_factory=list)  # no figure at base: not comparable
     not_gated: list[Change] = field(default_factory=list)  # beyond the threshold in a mode not gated
     improvements: list[Change] = field(default_factory=list)
+    repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick: reported
     flagged: list[Change] = field(default_factory=list)  # every cell beyond the noise model, before confirmation
     unconfirmed: list[Change] = field(default_factory=list)  # flagged, not flagged again when re-measured
     confirmation: str = ""  # the re-measurement file given with --confirmed
@@ -73,7 +76,8 @@ class GateReport:
         extra = f" ({len(self.unconfirmed)} unconfirmed)" if self.confirmation else ""
         return (f"{regress}{extra}, {_count(self.new_failures, 'new failure')}, "
                 f"{_count(self.vanished, 'vanished cell')}; {_count(self.improvements, 'improvement')}, "
-                f"{len(self.not_gated)} not gated, {len(self.failed_at_base)} failed at base; "
+                f"{len(self.not_gated)} not gated, {len(self.repicked)} repicked, {len(self.failed_at_base)} failed "
+                f"at base; "
                 f"{self.compared} cells compared")
 
     def notes(self) -> list[str]:
@@ -115,6 +119,7 @@ class GateReport:
         lines += _table("FAILED AT BASE (no figure to compare with: not compared)", self.failed_at_base, limit=10)
         lines += _table(f"NOT GATED ({self._not_gated_why()})", self.not_gated, limit=10)
         lines += _table("IMPROVEMENTS (faster beyond the noise model)", self.improvements, limit=10)
+        lines += _table(f"REPICKED ({REPICKED_WHY})", self.repicked, limit=10)
         lines += ["", "RESOLUTION (per mode and band: the threshold for this run, and the smallest slowdown caught "
                   "in 90% of recorded no-change cases)"]
         lines += ["  " + line for line in _resolution_lines(self.resolution)]
@@ -135,12 +140,12 @@ class GateReport:
                 lines += ["", f"#### {name}", "", "| ratio | base | head | cell | kernel |", "|---:|---:|---:|---|---|"]
                 lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | "
                           f"`{c.label}` | {c.kernel} |" for c in changes[:50]]
-        if self.not_gated or self.improvements:
-            lines += ["", "<details><summary>Not gated and improvements</summary>", "",
-                      f"Not gated: {self._not_gated_why()}.", "",
+        if self.not_gated or self.improvements or self.repicked:
+            lines += ["", "<details><summary>Not gated, improvements, repicked</summary>", "",
+                      f"Not gated: {self._not_gated_why()}. Repicked: {REPICKED_WHY}.", "",
                       "| ratio | base | head | cell |", "|---:|---:|---:|---|"]
             lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | `{c.label}` |"
-                      for c in self.not_gated[:20] + self.improvements[:20]]
+                      for c in self.not_gated[:20] + self.improvements[:20] + self.repicked[:20]]
             lines += ["", "</details>"]
         lines += ["", "#### Resolution", "", "| mode | band | gated | threshold | floor | caught 90% |",
                   "|---|---|---|---:|---:|---:|"]
@@ -167,6 +172,7 @@ class GateReport:
             "failed_at_base": [c.as_json() for c in self.failed_at_base],
             "not_gated": [c.as_json() for c in self.not_gated],
             "improvements": [c.as_json() for c in self.improvements],
+            "repicked": [c.as_json() for c in self.repicked],
             "resolution": [{k: v for k, v in asdict(r).items() if k != "notes"} for r in self.resolution],
             "spread": [asdict(s) for s in self.spread],
             "cpu": self.cpu,
@@ -220,7 +226,7 @@ def _detectable(r: Resolution) -> str:
 def format_value(value: float | None, unit: str) -> str:
     """A figure in a readable unit (relu2.schema's formatters); "failed"/"n/a" when there is none."""
     if value is None:
-        return "failed"
+        return FAILED
     if math.isnan(value):
         return "n/a"
     if unit == "seconds":

@@ -28,6 +28,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
+from relu2.schema import OK
 
 DEFAULT_MODEL_PATH = Path(__file__).with_name("noise_model.json")
 BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
@@ -326,7 +327,7 @@ def observe(a: Run, b: Run, l2_bytes: int) -> dict[tuple[str, str], list[Observa
     for key, ea in ta.items():
         eb = tb.get(key)
         cell = ea.cell
-        if (eb is None or cell.measure not in GATED_MODES or ea.record.status != "ok" or eb.record.status != "ok"
+        if (eb is None or cell.measure not in GATED_MODES or ea.record.status != OK or eb.record.status != OK
                 or ea.record.version != eb.record.version or not kernel_unchanged(cell, ka, kb)
                 or not ea.record.value or not eb.record.value):
             continue

@@ -494,7 +494,13 @@ COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 # asv stores numbers only: a kernel fingerprint travels as the integer of its first 12 hex digits
 # (48 bits, exact in a float64), in the ``track_kernel`` benchmark beside the timing modes.
 KERNEL_ID_DIGITS = 12
-KERNEL_ASV_VERSION = "1"
+# A compiled path's fingerprint is its generated code's hash (the first KERNEL_CODE_DIGITS digits) then
+# the hash of the launch configurations autotuning picked (the next ones): two runs whose fingerprints
+# share the code digits ran the same code, maybe with another pick (relu2.compiled).  Version 2: this
+# layout (version 1 hashed code and picks together, or code alone).
+KERNEL_CODE_DIGITS = 6
+KERNEL_ASV_VERSION = "2"
+KERNEL_ASV_VERSIONS_BEFORE: tuple[str, ...] = ("1",)  # kept in committed results, not compared with 2
 
 
 def kernel_id(fingerprint: str) -> int:
@@ -505,6 +511,11 @@ def kernel_id(fingerprint: str) -> int:
 def kernel_hex(number: float) -> str:
     """The number asv stored back to the fingerprint's first 12 hex digits."""
     return f"{int(number):0{KERNEL_ID_DIGITS}x}"
+
+
+def only_repicked(a: str, b: str) -> bool:
+    """Two different fingerprints of the same generated code: only the autotuned pick differs."""
+    return a != b and a[:KERNEL_CODE_DIGITS] == b[:KERNEL_CODE_DIGITS]
 
 
 def derive(values: dict[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from relu2.asv_results import DEFAULT_DTYPE, Record, ResultsError
 from relu2.noise import Rule
-from relu2.schema import BASELINE, MODES, ROOFLINE, bytes_moved, geometry, kernel_hex, mode as mode_named
+from relu2.schema import BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, bytes_moved, geometry, kernel_hex, \
+    only_repicked
+from relu2.schema import mode as mode_named
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
 TIMING_MODES: tuple[str, ...] = tuple(m.name for m in MODES)
@@ -143,7 +145,7 @@ def entries(records: Iterable[Record]) -> dict[tuple, Entry]:
 def fingerprints(table: Mapping[tuple, Entry]) -> dict[tuple, str]:
     """(impl, dtype, shape, extras) -> the kernel fingerprint recorded for it."""
     return {(e.cell.impl, e.cell.dtype, e.cell.shape, e.cell.extras): kernel_hex(e.record.value)
-            for e in table.values() if e.cell.measure == "kernel" and e.record.status == "ok"}
+            for e in table.values() if e.cell.measure == "kernel" and e.record.status == OK}
 
 
 def kernel_of(cell: Cell, kernels: Mapping[tuple, str]) -> str | None:
@@ -242,6 +244,9 @@ class Findings:
     failed_at_base: list[Change] = field(default_factory=list)  # not comparable: no figure at base
     not_gated: list[Change] = field(default_factory=list)
     improvements: list[Change] = field(default_factory=list)
+    # Moved beyond the noise model with the same generated code and another autotuned pick: what
+    # the box's autotuning chose, not the commit (reported, never failing; relu2.schema.only_repicked).
+    repicked: list[Change] = field(default_factory=list)
     base_cells: int = 0  # measured cells at base (figures, not fingerprints)
 
 
@@ -312,17 +317,17 @@ def compare(base: Iterable[Record], head: Iterable[Record], rule_for: Callable[[
                         head=h.value if h is not None else float("nan"), also=pair.base.also)
         if h is not None and pair.head.cell.params != pair.base.cell.params:
             change = replace(change, label=f"{b.label()} -> {h.label()}")
-        if b.status == "skipped":
+        if b.status == SKIPPED:
             continue
         out.base_cells += 1
-        if b.status == "failed":
+        if b.status == FAILED:
             out.failed_at_base.append(change)
             continue
-        if h is None or h.status == "skipped":
+        if h is None or h.status == SKIPPED:
             allowed = any(fnmatch.fnmatchcase(b.label(), p) for p in allow_missing)
             (out.allowed if allowed else out.vanished).append(change)
             continue
-        if h.status == "failed":
+        if h.status == FAILED:
             out.new_failures.append(change)
             continue
         comparable.append((pair, change))
@@ -342,6 +347,9 @@ def compare(base: Iterable[Record], head: Iterable[Record], rule_for: Callable[[
         kb, kh = kernel_of(cell, b_kernels), kernel_of(cell, h_kernels)
         kernel = "" if kb is None or kh is None else "same" if kb == kh else f"{kb} -> {kh}"
         found = replace(change, threshold=rule.ratio, kernel=kernel)
+        if kb is not None and kh is not None and only_repicked(kb, kh):
+            out.repicked.append(found)
+            continue
         (out.not_gated if not rule.gated else out.improvements if faster else out.regressions).append(found)
     for changes in (out.regressions, out.not_gated):
         changes.sort(key=lambda c: -c.ratio if _is_number(c.ratio) else 0)
@@ -459,7 +467,7 @@ def spread(base: Iterable[Record], head: Iterable[Record]) -> list[Spread]:
     ratios: dict[tuple[str, str], list[float]] = {}
     for key, b in b_table.items():
         h = h_table.get(key)
-        if (b.cell.measure not in TIMING_MODES or h is None or b.record.status != "ok" or h.record.status != "ok"
+        if (b.cell.measure not in TIMING_MODES or h is None or b.record.status != OK or h.record.status != OK
                 or not b.record.value):
             continue
         ratios.setdefault((b.cell.impl, b.cell.measure), []).append(h.record.value / b.record.value)

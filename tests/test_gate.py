@@ -341,7 +341,8 @@ def test_markdown_and_json_reports(results):
     assert data["verdict"] == "fail" and data["exit_code"] == 1
     assert set(data) == {"verdict", "exit_code", "base", "head", "compared", "regressions", "new_failures",
                          "vanished", "allowed_to_vanish", "not_gated", "improvements", "resolution", "spread", "cpu",
-                         "overrides", "flagged", "unconfirmed", "confirmation", "failed_at_base", "noise_model"}
+                         "overrides", "flagged", "unconfirmed", "confirmation", "failed_at_base", "noise_model",
+                         "repicked"}
     (regression,) = data["regressions"]
     assert regression["params"] == {"impl": "fused", "dtype": "bfloat16", "numel": "16777216"}
     assert regression["ratio"] == pytest.approx(1.5, rel=0.02) and regression["threshold"] == next(

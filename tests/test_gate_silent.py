@@ -4,6 +4,7 @@ model's own guarantees (learned out of sample, resolution stated from the model,
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import shutil
 import sys
 from pathlib import Path
@@ -239,7 +240,7 @@ def test_the_shipped_model_is_what_its_command_makes(tmp_path):
     assert shipped.command.startswith("relu2 noise learn ") and shipped.budget == 0.05
     from relu2.gate import noise_learn
 
-    dirs = [str(REPO / d) for d in ("results", "docs/aa/results", "docs/aa/first-b00fb9a/results")]
+    dirs = [str(REPO / d) for d in ("docs/aa/results", "docs/aa/first-b00fb9a/results", "docs/findings/results")]
     again = noise_learn(dirs, tmp_path / "m.json")
     assert [(f.mode, f.band, f.cells, f.knee, f.excess) for f in again.fits] == \
         [(f.mode, f.band, f.cells, f.knee, f.excess) for f in shipped.fits]
@@ -248,3 +249,20 @@ def test_the_shipped_model_is_what_its_command_makes(tmp_path):
 def test_thresholds_tighten_with_fewer_gated_cells():
     model = noise.load_model()
     assert model.threshold("hot", "> 4x L2", 100) < model.threshold("hot", "> 4x L2", 3000)
+
+
+def test_the_same_code_with_another_autotuned_pick_is_repicked_not_a_regression():
+    """relu2.compiled's fingerprint is the code's digits then the pick's: a box that autotuned to another
+    configuration of the same generated code moved its figure, but no commit did (issue 18)."""
+    from relu2.schema import kernel_id, only_repicked
+
+    def run(hot: float, fingerprint: str) -> list[Record]:
+        kernel = replace(_record("b.Nemotron.track_kernel", float(kernel_id(fingerprint))), unit="kernel id")
+        return [_record("b.Nemotron.track_hot", hot), kernel]
+
+    rule = lambda cell, gated: noise.Rule(True, 1.05, 0.0)  # noqa: E731
+    same_code = compare(run(100e-6, "aaaaaa111111ffff"), run(190e-6, "aaaaaa222222ffff"), rule)
+    assert [c.ratio for c in same_code.repicked] == [1.9] and not same_code.regressions
+    new_code = compare(run(100e-6, "aaaaaa111111ffff"), run(190e-6, "bbbbbb111111ffff"), rule)
+    assert len(new_code.regressions) == 1 and not new_code.repicked  # a change of code is the commit's
+    assert only_repicked("aaaaaa111111", "aaaaaa222222") and not only_repicked("aaaaaa111111", "aaaaaa111111")

@@ -190,10 +190,8 @@ def test_the_base_judges_a_pull_request_that_grades_itself(tmp_path):
     subprocess.run(["git", "clone", "-q", str(ROOT), str(judge)], check=True)
     base = git(judge, "rev-parse", "HEAD")
     git(judge, "checkout", "-q", "-b", "pull-request")
-    gate_py = judge / "relu2" / "gate.py"
-    gate_py.write_text(gate_py.read_text().replace(
-        "    found = compare(base_by_key, head_by_key, options, _kernels(base_records), _kernels(head_records))",
-        "    found = compare({}, {}, options, {}, {})  # nothing to see here"))
+    cli_py = judge / "relu2" / "cli.py"  # the head's gate passes whatever it is shown
+    cli_py.write_text(cli_py.read_text() + "\n\ndef cmd_gate(args):\n    print('PASS')\n    return 0\n")
     fused_py = judge / "relu2_impls" / "fused.py"
     fused_py.write_text(fused_py.read_text() + '''
 

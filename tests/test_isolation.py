@@ -119,11 +119,27 @@ def test_gpu_out_of_bounds_store_costs_only_its_own_cells(tmp_path):
     assert rows[("oob_triton", str(2**24))]["reason"].startswith("not measured: ")
 
 
-def test_a_worker_that_cannot_set_up_says_why():
-    with WorkerPool(["no_such_impl"], "cpu") as pool:
-        (cell,) = grid_cells(["no_such_impl"], ["float32"], [64])
+def _refuses_to_unpickle(reason: str):
+    raise RuntimeError(reason)
+
+
+class _RebuiltNowhere:
+    """An implementation that pickles but cannot be rebuilt in a worker (its set-up fails there)."""
+
+    def __call__(self, x):
+        return x
+
+    def __reduce__(self):
+        return (_refuses_to_unpickle, ("this implementation cannot be rebuilt here",))
+
+
+def test_a_worker_that_cannot_set_up_says_why(temporary_impl):
+    temporary_impl("cannot_set_up", _RebuiltNowhere())
+    with WorkerPool(["cannot_set_up"], "cpu") as pool:
+        (cell,) = grid_cells(["cannot_set_up"], ["float32"], [64])
         result = pool.measure(cell, ["hot"], "cpu", None)
-    assert result.status == "failed" and "could not set up 'no_such_impl'" in result.reason
+    assert result.status == "failed" and "could not set up 'cannot_set_up'" in result.reason
+    assert "cannot be rebuilt here" in result.reason
 
 
 def holds_a_semaphore_and_hangs(x):
