@@ -167,7 +167,13 @@ def _measure_all(device: str) -> dict:
             print(f"relu2: {name}: {len(cells)} cells in {time.perf_counter() - began:.0f} s", file=sys.stderr)
     print(f"relu2: measured {len(measured)} cells on {device} in {time.perf_counter() - start:.0f} s "
           f"(workers starting: {ready:.0f} s)", file=sys.stderr)
-    print(sweep.cost_table(results), file=sys.stderr)
+    cost = (f"relu2: {os.environ.get('ASV_COMMIT', '')[:8]}: {len(measured)} cells on {device} in "
+            f"{time.perf_counter() - start:.0f} s, workers starting {ready:.0f} s\n{sweep.cost_table(results)}")
+    print(cost, file=sys.stderr)
+    log = os.environ.get("RELU2_ASV_LOG")
+    if log:  # asv shows a setup's output only when it fails: relu2 asv run prints this after the run
+        with open(log + ".cost", "a", encoding="utf-8") as f:
+            f.write(cost + "\n")
     return {"device": device, "cells": measured}
 
 

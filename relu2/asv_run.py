@@ -474,6 +474,9 @@ def _measure(argv: list[str], machine: str) -> int:
         started = time.time() - 1  # mtimes have coarse resolution on some file systems
         status = _run_asv(argv)
         empty = remove_empty_results(Path(conf.results_dir), machine, started, log)
+        cost = Path(str(log) + ".cost")
+        if cost.is_file():  # where each commit's measuring time went (the suites' setup writes it)
+            print(cost.read_text(encoding="utf-8").rstrip(), file=sys.stderr)
     if empty:
         path = record_unmeasured(conf.results_dir, machine, empty)
         for u in empty:

@@ -87,6 +87,7 @@ def test_every_commit_is_measured_by_todays_instrument_or_left_out_with_its_reas
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "1 commit(s) not measured" in run.stderr and before[:8] in run.stderr
     assert "predates the implementations interface 1" in run.stderr
+    assert run.stderr.count("seconds by implementation and phase") == 4  # where each commit's time went
     measured = results_of(tmp_path / "results" / "ci")
     assert set(measured) == {oldest, previous, head, broken}  # none empty, none missing
     for commit, values in measured.items():
