@@ -166,7 +166,8 @@ class Compiled:
         picks = "".join(f"{name}: {c}\n" for name, c in sorted(launch_configs(code).items()))
         code_hash, pick_hash = _code_hash(code), hashlib.sha256(picks.encode()).hexdigest()
         # The layout relu2.schema.KERNEL_CODE_DIGITS describes: the code's digits, then the pick's.
-        return code_hash[:KERNEL_CODE_DIGITS] + pick_hash[:KERNEL_CODE_DIGITS] + code_hash[KERNEL_CODE_DIGITS:]
+        digits = KERNEL_CODE_DIGITS
+        return (code_hash[:digits] + pick_hash[:digits] + code_hash[digits:])[:len(code_hash)]
 
 
 def serving_code(path: Compiled, x: torch.Tensor) -> str:
