@@ -183,6 +183,24 @@ def test_a_kernel_in_another_repository_is_tracked_and_the_gate_names_the_slow_c
     assert flagged and all("impl=toy" in line for line in flagged), slower.stdout
 
 
+SLOWER_FUSED = '''
+
+_fast = relu_squared
+
+
+def relu_squared(x, out=None):  # the same result, computed 30 times
+    for _ in range(29):
+        _fast(x)
+    return _fast(x, out)
+'''
+
+
+def slow_down_fused(checkout: Path) -> None:
+    """Make the fused op of ``checkout`` 30x slower (bitwise the same): a planted regression."""
+    fused_py = checkout / "relu2_impls" / "fused.py"
+    fused_py.write_text(fused_py.read_text() + SLOWER_FUSED)
+
+
 def test_the_base_judges_a_pull_request_that_grades_itself(tmp_path):
     """A pull request whose head makes the gate always pass and the fused kernel 30x slower: measured
     and gated from the base's checkout (as .github/workflows/benchmarks.yml does), the gate fails it;
@@ -193,17 +211,7 @@ def test_the_base_judges_a_pull_request_that_grades_itself(tmp_path):
     git(judge, "checkout", "-q", "-b", "pull-request")
     cli_py = judge / "relu2" / "cli.py"  # the head's gate passes whatever it is shown
     cli_py.write_text(cli_py.read_text() + "\n\ndef cmd_gate(args):\n    print('PASS')\n    return 0\n")
-    fused_py = judge / "relu2_impls" / "fused.py"
-    fused_py.write_text(fused_py.read_text() + '''
-
-_fast = relu_squared
-
-
-def relu_squared(x, out=None):  # the same result, computed 30 times
-    for _ in range(29):
-        _fast(x)
-    return _fast(x, out)
-''')
+    slow_down_fused(judge)
     git(judge, "commit", "-qam", "faster, trust me")
     head = git(judge, "rev-parse", "HEAD")
     git(judge, "checkout", "-q", base)  # the judge: the base's working tree
@@ -236,17 +244,7 @@ def test_confirm_measures_base_and_head_again_in_fresh_processes(tmp_path):
     subprocess.run(["git", "clone", "-q", str(ROOT), str(project)], check=True)
     base = git(project, "rev-parse", "HEAD")
     git(project, "checkout", "-q", "-b", "slower")
-    fused_py = project / "relu2_impls" / "fused.py"
-    fused_py.write_text(fused_py.read_text() + '''
-
-_fast = relu_squared
-
-
-def relu_squared(x, out=None):  # the same result, computed 30 times
-    for _ in range(29):
-        _fast(x)
-    return _fast(x, out)
-''')
+    slow_down_fused(project)
     git(project, "commit", "-qam", "slower")
     head = git(project, "rev-parse", "HEAD")
     git(project, "checkout", "-q", base)
