@@ -97,7 +97,7 @@ class GateReport:
         if not n:
             return ""
         if self.cpu and "factor" not in self.overrides:  # nothing is gated: no budget is shared
-            return f"a CPU machine: {CPU_WHY}"
+            return CPU_WHY
         return (f"noise model {n.get('model', '?')}: at most {n['budget']:.0%} of runs of unchanged code fail; "
                 f"{n['gated']} gated cells share it ({n['per_cell']:.2g} each)")
 
