@@ -16,8 +16,10 @@ How it is built (docs/tracking.md and docs/methodology.md say why):
   (skipped), and the reason is printed to stderr.  A cell that failed (disagrees with the eager
   path bitwise, so it was never timed; its timing raised; its worker crashed) raises in the
   ``track_`` method: asv records it as failed, with the reason in its stderr.
-* torch is imported only inside ``setup_cache``; at module level only ``relu2.schema``, which needs
-  nothing but the standard library: a module that fails to import at one commit loses the commit.
+* torch is imported only inside ``setup_cache``; at module level only ``relu2.schema`` and
+  ``relu2.interface``, which need nothing but the standard library, from the instrument named by
+  ``RELU2_INSTRUMENT`` (``relu2 asv run`` sets it; plain asv on a commit older than the interface
+  cannot import them, which is why history is measured through ``relu2 asv run``).
 
 Suites (shapes from relu2.schema): ``Grid`` (dtype x numel), ``ModelShapes`` (tokens x hidden,
 bf16), ``VllmShapes`` (vLLM's own relu² benchmark grid: batch x seq x d as tokens x hidden, three
@@ -165,9 +167,7 @@ def _measure_all(device: str) -> dict:
             for result in swept.results:
                 measured[_key(result.cell)] = _entry(result)
             print(f"relu2: {name}: {len(cells)} cells in {time.perf_counter() - began:.0f} s", file=sys.stderr)
-    print(f"relu2: measured {len(measured)} cells on {device} in {time.perf_counter() - start:.0f} s "
-          f"(workers starting: {ready:.0f} s)", file=sys.stderr)
-    cost = (f"relu2: {os.environ.get('ASV_COMMIT', '')[:8]}: {len(measured)} cells on {device} in "
+    cost = (f"relu2: {os.environ.get('ASV_COMMIT', '')[:8]}: measured {len(measured)} cells on {device} in "
             f"{time.perf_counter() - start:.0f} s, workers starting {ready:.0f} s\n{sweep.cost_table(results)}")
     print(cost, file=sys.stderr)
     log = os.environ.get("RELU2_ASV_LOG")

@@ -262,7 +262,10 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             report = json.loads(Path(args.from_gate).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
-        targets += confirm.targets_from_gate(report)
+        try:
+            targets += confirm.targets_from_gate(report)
+        except (KeyError, TypeError, AttributeError, ValueError) as e:
+            return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
     if not targets:
         print("relu2 confirm: nothing to confirm (no --cell, and the gate report flags no regression)")
         return 0
@@ -281,6 +284,8 @@ def cmd_noise(args: argparse.Namespace) -> int:
     from relu2 import gate
 
     if args.action == "check":
+        if not args.exclude_machine:
+            return _fail("noise", "check needs --exclude-machine NAME: the box whose runs are left out of the learning")
         for held in args.exclude_machine:
             rows = gate.noise_check(args.results, held)
             for fitted in (False, True):
@@ -516,7 +521,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
     p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
-    p.add_argument("--rounds", type=_positive(int), default=3, help="fresh processes per side (default 3)")
+    p.add_argument("--rounds", type=_number(int, 3, strict=False), default=3,
+                   help="fresh processes per side, at least 3: fewer cannot tell a step from the spread between "
+                        "rounds (default 3)")
     p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
     p.add_argument("--machine", help="the machine name to record (default: this host's name)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")

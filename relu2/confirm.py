@@ -92,6 +92,7 @@ def parse_target(text: str) -> Target:
 def targets_from_gate(report: dict) -> list[Target]:
     """The flagged cells of ``relu2 gate --format json``'s report: its regressions, one target per
     measurement (a cell listed by several suites once)."""
+    from relu2.asv_results import DEFAULT_DTYPE
     from relu2.schema import geometry
 
     out: dict[tuple, Target] = {}
@@ -101,7 +102,7 @@ def targets_from_gate(report: dict) -> list[Target]:
         if mode not in MODE_NAMES or "impl" not in params:
             continue
         numel, shape = geometry(params)
-        cell = Cell(params["impl"], params.get("dtype", "bfloat16"), numel, parse_shape(shape))
+        cell = Cell(params["impl"], params.get("dtype", DEFAULT_DTYPE), numel, parse_shape(shape))
         out.setdefault((cell, mode), Target(cell, mode, change["benchmark"], tuple(sorted(params.items()))))
     return list(out.values())
 
@@ -167,12 +168,20 @@ def measure_round(side: Side, instrument: Path, targets: Sequence[Target], devic
                                                       for t in targets]})
     # cwd: `python -m` puts it first on sys.path, and a checkout there would shadow both the instrument
     # and the side's implementations; the side's folder holds neither at its top.
-    run = subprocess.run([sys.executable, "-m", "relu2.confirm", "--worker"], input=request, env=env,
-                         capture_output=True, text=True, timeout=timeout_s, cwd=side.site.parent)
-    if run.returncode != 0:
-        reason = f"the round's process failed: {(run.stderr.strip().splitlines() or [f'exit {run.returncode}'])[-1]}"
+    def failed(reason: str) -> dict[tuple, tuple[str, float]]:
         return {(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode): (reason, float("nan")) for t in targets}
-    answer = json.loads(run.stdout.strip().splitlines()[-1])
+
+    try:
+        run = subprocess.run([sys.executable, "-m", "relu2.confirm", "--worker"], input=request, env=env,
+                             capture_output=True, text=True, timeout=timeout_s, cwd=side.site.parent)
+    except subprocess.TimeoutExpired:
+        return failed(f"the round's process gave no answer in {timeout_s:g} s")
+    if run.returncode != 0:
+        return failed(f"the round's process failed: {(run.stderr.strip().splitlines() or [f'exit {run.returncode}'])[-1]}")
+    try:
+        answer = json.loads(run.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return failed("the round's process printed no answer")
     return {tuple(k.split("|")): (v[0], v[1]) for k, v in answer.items()}
 
 

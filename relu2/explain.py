@@ -163,7 +163,7 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
         result.kernels = _compiled_kernels(impl.fn, x, caches)
     elif name == "triton":
         result.kernels = [_triton_builtin(x, caches)]
-    elif name == "fused":
+    elif name in ("fused", "vllm_cuda"):  # both are kernels of the built extension (csrc/)
         result.kernels = [_fused(device)]
     else:
         result.notes.append("runs torch's own kernels: no generated code")

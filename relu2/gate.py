@@ -191,7 +191,7 @@ def gate(
                              "--allow-failed-base to compare the cells that did not fail")
     regressions, unconfirmed, confirmation = found.regressions, [], ""
     if confirmed is not None:
-        regressions, unconfirmed = _confirm(found.regressions, confirmed, base_full, head_full, rule_for, l2,
+        regressions, unconfirmed = _confirm(found.regressions, confirmed, base_full, head_full, rule_for, found.gated,
                                             base_records)
         confirmation = str(confirmed)
     ok_base = [r for r in base_records if r.status == OK]
@@ -213,9 +213,10 @@ def gate(
     )
 
 
-def _confirm(flagged: list[Change], path: str | os.PathLike, base: str, head: str, rule_for, l2: int,
+def _confirm(flagged: list[Change], path: str | os.PathLike, base: str, head: str, rule_for, gated: int,
              base_records) -> tuple[list[Change], list[Change]]:
-    """(failing, unconfirmed) after a re-measurement; GateInputError when it is of other commits."""
+    """(failing, unconfirmed) after a re-measurement, each flagged cell judged by the rule that flagged
+    it (``gated``: the comparison's gated cells); GateInputError when it is of other commits."""
     try:
         again = read_remeasurement(path)
     except VerdictInputError as e:
@@ -224,7 +225,7 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: str, head: st
         raise GateInputError(f"{path}: a re-measurement of {again.base[:8]} -> {again.head[:8]}, not of "
                              f"{base[:8]} -> {head[:8]}")
     by_key = {(r.benchmark, r.params): decode(r) for r in base_records}
-    gated = max(1, sum(1 for r in base_records if decode(r).timing_mode in GATED_MODES))
+    gated = max(1, gated)
 
     def rule_of(change: Change) -> Rule:
         cell = by_key.get((change.benchmark, change.params))

@@ -28,7 +28,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
-from relu2.schema import OK
+
+from relu2.machine import UsageError
+from relu2.schema import OK, quantile
 
 DEFAULT_MODEL_PATH = Path(__file__).with_name("noise_model.json")
 BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
@@ -120,15 +122,7 @@ def fit_tail(log_ratios: Sequence[float]) -> TailFit:
         return TailFit(0.0, 0.0)
     knee = mags[min(int(TAIL_FROM * len(mags)), len(mags) - 1)]
     over = [m - knee for m in mags if m > knee]
-    return TailFit(knee, sum(over) / len(over) if over else 0.0, _median(mags))
-
-
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    if not s:
-        return math.nan
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    return TailFit(knee, sum(over) / len(over) if over else 0.0, quantile(mags, 0.5) if mags else math.nan)
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -198,7 +192,7 @@ class NoiseModel:
                    command=data.get("command", ""))
 
 
-class NoiseModelError(Exception):
+class NoiseModelError(UsageError):
     """The noise model file cannot be read."""
 
 
@@ -210,7 +204,9 @@ def load_model(path: str | Path = DEFAULT_MODEL_PATH) -> NoiseModel:
 
 
 def save_model(model: NoiseModel, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(model.as_json(), indent=1, sort_keys=True) + "\n")
+    from relu2.results import atomic_write_text
+
+    atomic_write_text(path, json.dumps(model.as_json(), indent=1, sort_keys=True) + "\n")
 
 
 def even_sample(obs: Sequence[Observation], n: int = SIMULATION_SAMPLE) -> tuple[tuple[float, float], ...]:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from relu2.asv_results import DEFAULT_DTYPE, Record, ResultsError
 from relu2.noise import Rule
 from relu2.schema import BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, bytes_moved, geometry, kernel_hex, \
-    only_repicked
+    only_repicked, quantile
 from relu2.schema import mode as mode_named
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
@@ -297,9 +297,6 @@ def _short(version: str | None) -> str:
     return version if len(version) <= 20 else version[:12]  # asv's hashes are long; "cold-method-2" is not
 
 
-RuleFor = Callable[[Cell], Rule]
-
-
 def compare(base: Iterable[Record], head: Iterable[Record], rule_for: Callable[[Cell, int], Rule],
             allow_missing: Sequence[str] = ()) -> Findings:
     """Sort two commits' cells into regressions, new failures, vanished, failed at base, not gated,
@@ -371,8 +368,8 @@ class Remeasured:
     head_rounds: tuple[float, ...]
 
     def figures(self) -> tuple[Figure, Figure]:
-        return (Figure(_median(self.base_rounds), self.base_rounds, True),
-                Figure(_median(self.head_rounds), self.head_rounds, True))
+        return (Figure(quantile(self.base_rounds, 0.5), self.base_rounds, True),
+                Figure(quantile(self.head_rounds, 0.5), self.head_rounds, True))
 
 
 @dataclass(frozen=True)
@@ -391,7 +388,11 @@ class Remeasurement:
     cells: tuple[Remeasured, ...]
 
     def find(self, change: Change) -> Remeasured | None:
-        return next((c for c in self.cells if c.benchmark == change.benchmark and c.params == change.params), None)
+        """The re-measurement of ``change`` with at least MIN_ROUNDS rounds a side (None: not re-measured).
+        Parameters match as a mapping: the report's JSON sorts them, asv's records keep their order."""
+        wanted = dict(change.params)
+        return next((c for c in self.cells if c.benchmark == change.benchmark and dict(c.params) == wanted
+                     and min(len(c.base_rounds), len(c.head_rounds)) >= MIN_ROUNDS), None)
 
 
 def read_remeasurement(path: str | Path) -> Remeasurement:
@@ -405,10 +406,8 @@ def read_remeasurement(path: str | Path) -> Remeasurement:
         out = Remeasurement(str(data["base"]), str(data["head"]), str(data.get("machine", "")), cells)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise VerdictInputError(f"{path}: not a re-measurement of flagged cells ({type(e).__name__}: {e})") from None
-    short = [c for c in cells if min(len(c.base_rounds), len(c.head_rounds)) < MIN_ROUNDS]
-    if short:
-        raise VerdictInputError(f"{path}: {short[0].benchmark} {dict(short[0].params)} has fewer than {MIN_ROUNDS} "
-                                "rounds a side: too few to tell a step from the spread between rounds")
+    # A cell with fewer than MIN_ROUNDS rounds a side (a round failed) counts as not re-measured: it
+    # still fails, while the others are judged.
     return out
 
 
@@ -433,12 +432,6 @@ def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Calla
         (out.confirmed if is_slower(b, h, rule_of(change)) else out.unconfirmed).append(
             replace(change, base=b.value, head=h.value))
     return out
-
-
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return math.nan if not n else s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 # --- spread (an A/A's figures) --------------------------------------------------------------------

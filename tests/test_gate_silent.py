@@ -201,11 +201,13 @@ def test_with_rounds_the_spread_between_rounds_is_tested():
     assert is_slower(Figure(1.00, (0.9, 1.1)), Figure(1.05, (0.9, 1.2)), rule)  # replays: the ratio decides
 
 
-def _remeasurement(tmp_path: Path, head_rounds, base=fx.COMMIT_2, head=fx.COMMIT_3) -> Path:
+def _remeasurement(tmp_path: Path, head_rounds, base=fx.COMMIT_2, head=fx.COMMIT_3, base_rounds=None) -> Path:
+    """A re-measurement as relu2 confirm writes it: the report's parameters, sorted by name."""
     path = tmp_path / "again.json"
+    params = dict(sorted((k, str(v)) for k, v in fx.PLANTED_PARAMS.items()))
     path.write_text(json.dumps({"base": base, "head": head, "machine": fx.MACHINE, "cells": [{
-        "benchmark": fx.PLANTED_BENCH, "params": {k: str(v) for k, v in fx.PLANTED_PARAMS.items()},
-        "base_rounds": [18.6e-6, 18.5e-6, 18.7e-6], "head_rounds": head_rounds}]}))
+        "benchmark": fx.PLANTED_BENCH, "params": params,
+        "base_rounds": base_rounds or [18.6e-6, 18.5e-6, 18.7e-6], "head_rounds": head_rounds}]}))
     return path
 
 
@@ -222,6 +224,10 @@ def test_confirmation_fails_only_on_cells_that_flag_again(tmp_path):
     with pytest.raises(GateInputError, match="not of"):
         gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
              confirmed=_remeasurement(tmp_path, [28e-6] * 3, base=fx.COMMIT_1))
+    # A round that failed leaves the cell short of rounds: it counts as not re-measured and still fails.
+    short = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
+                 confirmed=_remeasurement(tmp_path, [18.6e-6, 18.7e-6], base_rounds=[18.6e-6, 18.5e-6]))
+    assert short.exit_code == 1 and not short.unconfirmed
 
 
 # --- the model ------------------------------------------------------------------------------------

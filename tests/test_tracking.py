@@ -80,3 +80,18 @@ def test_relu2_asv_run_refuses_in_one_line_before_building(missing, message, tmp
     assert cli.main(["asv", "run", "--machine", "x", "HEAD^!"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+@pytest.mark.parametrize("var, value, message", [
+    ("RELU2_BENCH_SUITES", "Nope", "names no suite"),
+    ("RELU2_TIMEOUT", "abc", "expected a positive number"),
+])
+def test_relu2_asv_run_refuses_a_bad_suite_variable_before_asv_starts(var, value, message, tmp_path, monkeypatch,
+                                                                       capsys):
+    monkeypatch.chdir(fx.FIXTURE_DIR.parents[1])
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv(var, value)
+    assert cli.main(["asv", "run", "--machine", "x", "HEAD^!"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / ".asv-machine.json").exists()  # refused before anything is written
