@@ -1,4 +1,6 @@
-"""relu2-bench: implementations of relu²(x) = relu(x)², the contract they must meet, and how they are timed.
+"""relu2-bench's instrument for relu²(x) = relu(x)²: the contract implementations must meet, how they are
+timed and judged, and the registry that finds them (the implementations under test live in
+``relu2_impls`` and in other packages, behind ``relu2.interface``).
 
 Importing this package is cheap and never imports torch: the public names below are loaded on first
 use (PEP 562), and nothing is built and torch.compile is not invoked until an implementation is first

@@ -7,7 +7,8 @@ config's ``project`` names).  The instrument (timers, contract, isolation, suite
 (``RELU2_INSTRUMENT``; the suites put it first on ``sys.path``), so every commit in a range is measured
 by the same ruler, and an edit to the checkout during a long run changes nothing.
 
-**Every commit measured, or the reason recorded.**  Before asv starts, the commits asv would
+**Every commit measured, or the reason recorded.**  Before ``asv run`` starts (over a range of a
+local repository; not with ``--set-commit-hash``, nor for ``continuous``), the commits asv would
 measure are listed and each one's ``pyproject.toml`` is read from git: a commit that declares no entry
 point of the interface predates it, and is left out, with the reason written to
 ``<results>/<machine>/unmeasured.tsv`` and printed (with a count).  After asv, a result file it

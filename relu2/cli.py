@@ -360,8 +360,10 @@ def _gate_description() -> str:
             f"slowdown caught in 90% of recorded no-change cases, at 1000 gated cells): {res}. Modes whose figure "
             "is the kernel's own time are gated; launch is reported (--gate-launch). A flagged cell is a "
             "regression; re-measure the flagged cells (base and head, fresh interleaved rounds) and pass "
-            "--confirmed FILE to fail only on those flagged again. A cell that had a result at BASE and has none "
-            "at HEAD (failed, skipped, missing, renamed) fails unless --allow-missing names it. Refused (exit 2) "
+            "--confirmed FILE (relu2 confirm writes it) to fail only on those flagged again. A cell that had a result "
+            "at BASE and fails at HEAD fails; one that has none at HEAD (skipped, missing, renamed) fails unless "
+            "--allow-missing names it. A cell whose code stayed and whose autotuned pick changed is reported as "
+            "repicked, never failing. Refused (exit 2) "
             "unless a flag says you mean it: two GPU models, two versions of a benchmark, a base whose cells "
             "mostly failed. Exit 1 on any finding, 0 on none, 2 on unusable input.")
 

@@ -12,11 +12,12 @@ are in ``relu2_impls.vllm``); this module is the instrument's part, the same for
   (``relu2.isolation``); inductor's config for a path is what its definition passes as options.
 * **The guard.**  Dynamo's recompile limit is raised and hitting it raises CompileFallbackError:
   by default dynamo would silently run eager code under the compiled name.
-* **The fingerprint.**  Every graph inductor generates is hashed as it is compiled; a cell's
-  fingerprint is the hash of the graph dynamo's own guards pick for its input, together with the
-  launch configuration each of its Triton kernels runs with (after the first call: the one
-  pointwise autotuning picked), so a change in a compiled figure can be traced to a change in the
-  code that ran, or in the configuration autotuning chose on that box.
+* **The fingerprint.**  The code inductor generates is kept by compile id as it is compiled; a
+  cell's fingerprint is taken from the graph dynamo's own guards pick for its input: the first
+  ``relu2.schema.KERNEL_CODE_DIGITS`` hex digits hash that code, the next ones hash the launch
+  configuration each of its Triton kernels runs with (after the first call: the one pointwise
+  autotuning picked).  A moved figure can so be traced to new code (the commit's) or only to
+  another pick (the box's autotuning: the gate reports it as repicked, never as a slowdown).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   timed from the L2 (and moves most between boxes), one of 1-4x the L2 is partly cached, one beyond
   4x the L2 streams from DRAM.  bytes = ``relu2.schema.bytes_moved``; the L2 comes from machine.json's
   ``l2_bytes`` (recorded by ``relu2.machine.machine_info`` from now on) or from ``KNOWN_L2``.
-* **Learned, not chosen.**  ``learn`` takes every pair of runs in some results folders (same GPU
+* **Learned, not chosen.**  ``learn_from`` takes every pair of runs in some results folders (same GPU
   model) and, per cell whose generated kernel did not change between the two (same fingerprint;
   the baseline and the roofline have none and never change), the log of the ratio of the two
   medians.  Per mode and band it fits |log ratio| with an exponential tail beyond its 90th percentile
