@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from relu2.reference import relu_squared_reference
+from relu2.schema import OK
 
 if TYPE_CHECKING:
     from relu2.registry import Implementation
@@ -197,5 +198,5 @@ def agreement_matrix(names: list[str], dtypes: list[str], device: str) -> Matrix
                     check_agreement(impl, case.x)
                 except Exception as e:  # AgreementError, or the implementation crashed
                     failures.append(f"[{case.label}]: {e}")
-            entries.append(MatrixEntry(name, dtype, f"FAIL({len(failures)})" if failures else "ok", tuple(failures)))
+            entries.append(MatrixEntry(name, dtype, f"FAIL({len(failures)})" if failures else OK, tuple(failures)))
     return Matrix(device, tuple(dtypes), tuple(entries), not_here, broken, declared)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from relu2.results import Row, csv_text, make_row, write_csv
-from relu2.schema import MODE_NAMES, ROOFLINE, geometry, kernel_hex
+from relu2.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, geometry, kernel_hex
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
@@ -120,10 +120,10 @@ class Record:
 def cell_status(value: float | None) -> str:
     """asv's encoding of a cell's fate: null is a failure, NaN a skip, a number a result."""
     if value is None:
-        return "failed"
+        return FAILED
     if isinstance(value, float) and math.isnan(value):
-        return "skipped"
-    return "ok"
+        return SKIPPED
+    return OK
 
 
 def unquote(value_repr: str) -> str:
@@ -167,11 +167,11 @@ def timing_row(
     status = cell_status(value)
     median = q25 = q75 = math.nan
     reason = ""
-    if status == "ok":
+    if status == OK:
         median = float(value)
         q25, q75 = quartiles(median, stats, samples)
     else:
-        reason = FAILED_REASON if status == "failed" else SKIPPED_REASON
+        reason = FAILED_REASON if status == FAILED else SKIPPED_REASON
     return make_row(
         machine=machine, commit=commit, date=date, impl=params["impl"], dtype=params.get("dtype", DEFAULT_DTYPE),
         numel=numel, shape=shape, mode=mode, status=status, reason=reason, median_s=median, q25_s=q25, q75_s=q75,
@@ -194,11 +194,11 @@ def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -
     for r in records:
         params = dict(r.params)
         method = r.benchmark.rsplit(".", 1)[-1]
-        if method in SIDE_FIGURES and r.status == "ok":
+        if method in SIDE_FIGURES and r.status == OK:
             column, convert = SIDE_FIGURES[method]
             side.setdefault((r.machine, r.commit, _suite(r.benchmark), r.params), {})[column] = convert(r.value)
         info = benchmarks.get(r.benchmark) or BenchmarkInfo(r.benchmark, (), r.unit, r.version)
-        if info.mode is None or params.get("impl") != ROOFLINE or r.status != "ok":
+        if info.mode is None or params.get("impl") != ROOFLINE or r.status != OK:
             continue
         try:
             key = (r.machine, r.commit, info.mode, params.get("dtype", DEFAULT_DTYPE), geometry(params)[1])
