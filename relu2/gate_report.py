@@ -59,6 +59,10 @@ class GateReport:
         """Why no cell could be compared ("" when some were): a gate that compared nothing passed nothing."""
         if self.compared:
             return ""
+        lost = len(self.new_failures) + len(self.vanished) + len(self.allowed)
+        if lost:  # the base had figures; the head has none to set beside them
+            return (f"head {self.head[:8]} on {self.head_machine} has no ok figure for any of the base's "
+                    f"{lost} cells: no comparison is not a pass")
         return (f"base {self.base[:8]} on {self.base_machine} has no ok figure to compare with "
                 "(its result file holds none): no comparison is not a pass")
 

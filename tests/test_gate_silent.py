@@ -272,3 +272,11 @@ def test_the_same_code_with_another_autotuned_pick_is_repicked_not_a_regression(
     new_code = compare(run(100e-6, "aaaaaa111111ffff"), run(190e-6, "bbbbbb111111ffff"), rule)
     assert len(new_code.regressions) == 1 and not new_code.repicked  # a change of code is the commit's
     assert only_repicked("aaaaaa111111", "aaaaaa222222") and not only_repicked("aaaaaa111111", "aaaaaa111111")
+
+
+def test_a_head_with_no_figure_says_the_head_has_none(results):
+    """Nothing compared because the head lost every cell: the note names the head, not the base."""
+    _edit(fx.result_file(results, fx.COMMIT_3), lambda data: data.__setitem__("results", {}))
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert report.exit_code == 1 and report.compared == 0 and report.vanished
+    assert f"head {fx.COMMIT_3[:8]}" in report.nothing_compared
