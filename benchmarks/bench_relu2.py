@@ -58,6 +58,7 @@ if _INSTRUMENT and sys.path[:1] != [_INSTRUMENT]:
 
 # The vocabulary comes from the instrument (relu2.schema and relu2.interface import neither torch nor
 # the rest of relu2).
+from relu2.asv_run import ENV_LOG  # noqa: E402
 from relu2.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION, declares_interface, entry_points  # noqa: E402
 from relu2.schema import (  # noqa: E402
     BUILTIN_IMPLS,
@@ -131,7 +132,7 @@ def setup_cache():
 def _report(reason: str) -> None:
     """Why this commit has no figures: to stderr, and to ``relu2 asv run`` (which prints it without -v)."""
     print(f"relu2: {reason}", file=sys.stderr)
-    log = os.environ.get("RELU2_ASV_LOG")
+    log = os.environ.get(ENV_LOG)
     if log:
         with open(log, "a", encoding="utf-8") as f:
             f.write(f"{os.environ.get('ASV_COMMIT', '')}\t{' '.join(reason.split())}\n")
@@ -170,7 +171,7 @@ def _measure_all(device: str) -> dict:
     cost = (f"relu2: {os.environ.get('ASV_COMMIT', '')[:8]}: measured {len(measured)} cells on {device} in "
             f"{time.perf_counter() - start:.0f} s, workers starting {ready:.0f} s\n{sweep.cost_table(results)}")
     print(cost, file=sys.stderr)
-    log = os.environ.get("RELU2_ASV_LOG")
+    log = os.environ.get(ENV_LOG)
     if log:  # asv shows a setup's output only when it fails: relu2 asv run prints this after the run
         with open(log + ".cost", "a", encoding="utf-8") as f:
             f.write(cost + "\n")

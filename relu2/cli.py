@@ -523,9 +523,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
     p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
-    p.add_argument("--rounds", type=_number(int, 3, strict=False), default=3,
-                   help="fresh processes per side, at least 3: fewer cannot tell a step from the spread between "
-                        "rounds (default 3)")
+    from relu2.confirm import DEFAULT_ROUNDS  # torch-free
+
+    p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False), default=DEFAULT_ROUNDS,
+                   help=f"fresh processes per side, at least {DEFAULT_ROUNDS}: fewer cannot tell a step from the "
+                        f"spread between rounds (default {DEFAULT_ROUNDS})")
     p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
     p.add_argument("--machine", help="the machine name to record (default: this host's name)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")

@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from relu2.schema import MODE_NAMES, OK, Cell, format_shape, parse_shape
+# relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
+from relu2.verdict import MIN_ROUNDS as DEFAULT_ROUNDS
 
-DEFAULT_ROUNDS = 3
 
 
 @dataclass(frozen=True)

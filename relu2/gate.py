@@ -26,6 +26,7 @@ from relu2.asv_results import ResultsError, commit_dates, iso_date, load_records
     resolve_commit
 from relu2.gate_report import CPU_WHY, LAUNCH_WHY, GateReport, format_spread, format_value  # noqa: F401 (API)
 from relu2.noise import LARGEST_BAND, NoiseModel, Resolution, Rule
+from relu2.machine import is_cpu_machine
 from relu2.schema import OK
 from relu2.verdict import GATED_MODES, SUMMARY, TIMING_MODES, Cell, Change, VerdictInputError, check_versions, \
     compare, confirm, decode, read_remeasurement, spread
@@ -162,7 +163,7 @@ def gate(
         raise GateInputError(f"base was measured on {b_gpu or 'an unrecorded GPU'} ({bm}) and head on "
                              f"{h_gpu or 'an unrecorded GPU'} ({hm}): the noise model is per GPU model; "
                              "--across-gpus compares anyway")
-    cpu = all(g.lower() == "none" for g in (b_gpu, h_gpu))
+    cpu = is_cpu_machine(b_info) and is_cpu_machine(h_info)
     model, model_note = model_for(h_gpu, noise_model)
     l2 = noise.l2_of(h_info) or model.l2_bytes
     try:

@@ -13,7 +13,7 @@ import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 _DRIVER_FILE = Path("/proc/driver/nvidia/version")
 
@@ -30,6 +30,12 @@ def cuda_available() -> bool:
 def default_device() -> str:
     """"cuda" when a GPU is visible, else "cpu"."""
     return "cuda" if cuda_available() else "cpu"
+
+
+def is_cpu_machine(info: Mapping[str, Any]) -> bool:
+    """A machine measured without a GPU: its machine.json records ``gpu`` "none" (``machine_info``).
+    An unrecorded GPU is not a CPU: the gate and the dashboard share this rule."""
+    return str(info.get("gpu", "")).strip().lower() == "none"
 
 
 class UsageError(ValueError):

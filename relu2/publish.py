@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from relu2.machine import is_cpu_machine
 from relu2.results import atomic_write_text
 from relu2.schema import MODE_NAMES
 
@@ -49,16 +50,11 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
     return Path(conf.html_dir)
 
 
-def is_cpu(info: dict[str, Any]) -> bool:
-    """A machine without a GPU (machine.json ``gpu`` "none"), as the gate decides it."""
-    return str(info.get("gpu", "")).lower() in ("none", "")
-
-
 def reshape(html: Path) -> None:
     """Rewrite the published ``html`` folder's index.json, graphs/ and regressions.json (see the module)."""
     index = json.loads((html / "index.json").read_text())
     machines = index.get("machines", {})
-    order = sorted(machines, key=lambda m: (is_cpu(machines[m]), m))  # GPU machines first
+    order = sorted(machines, key=lambda m: (is_cpu_machine(machines[m]), m))  # GPU machines first
     fingerprints = {name for name, b in index["benchmarks"].items() if b.get("unit") == FINGERPRINT_UNIT}
 
     moved = _rekey_graphs(html / "graphs", fingerprints)
@@ -88,7 +84,7 @@ def _gated(name: str, info: dict[str, Any]) -> bool:
     machine: never a CPU machine's figures, never launch (host wall clock), never a fingerprint."""
     method = name.split("(", 1)[0].rsplit(".", 1)[-1]
     what = method.removeprefix("track_")
-    if is_cpu(info) or what == "kernel":
+    if is_cpu_machine(info) or what == "kernel":
         return False
     return what != "launch" if what in MODE_NAMES else True  # peak memory, per-implementation summaries
 

@@ -6,7 +6,6 @@ import dataclasses
 import itertools
 import json
 import random
-import shutil
 import sys
 from pathlib import Path
 
@@ -70,14 +69,7 @@ def test_slowdown_within_factor_passes(results):
 
 
 def _second_machine(results: Path, name: str = "other-box") -> str:
-    shutil.copytree(results / fx.MACHINE, results / name)
-    for path in (results / name).glob("*.json"):  # asv checks the name in machine.json and in each result
-        data = json.loads(path.read_text())
-        if "params" in data:
-            data["params"]["machine"] = name
-        else:
-            data["machine"] = name
-        path.write_text(json.dumps(data))
+    fx.copy_machine(results, name)  # asv checks the name in machine.json and in each result
     return name
 
 
@@ -172,15 +164,7 @@ def test_no_results_is_input_error(tmp_path):
 
 
 def test_several_machines_need_a_choice(results):
-    other = results / "other-machine"
-    shutil.copytree(results / fx.MACHINE, other)
-    for path in other.glob("*.json"):
-        data = json.loads(path.read_text())
-        if path.name == "machine.json":
-            data["machine"] = "other-machine"
-        else:
-            data["params"]["machine"] = "other-machine"
-        path.write_text(json.dumps(data))
+    fx.copy_machine(results, "other-machine")
     with pytest.raises(GateInputError, match="several machines.*fixture-machine, other-machine"):
         gate(results, fx.COMMIT_2, fx.COMMIT_3)
     assert gate(results, fx.COMMIT_2, fx.COMMIT_3, machine="other-machine").exit_code == 1
@@ -215,16 +199,7 @@ def test_format_value_units():
 
 def _second_box(results: Path, name: str = "box-b") -> Path:
     """The fixture's machine copied under another name: the same commits measured on a second box."""
-    other = results / name
-    shutil.copytree(results / fx.MACHINE, other)
-    for path in other.glob("*.json"):
-        data = json.loads(path.read_text())
-        if path.name == "machine.json":
-            data["machine"] = name
-        else:
-            data["params"]["machine"] = name
-        path.write_text(json.dumps(data))
-    return other
+    return fx.copy_machine(results, name)
 
 
 def _scale_cells(results: Path, machine: str, commit: str, keep, scale_of) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-import shutil
 import sys
 from pathlib import Path
 
@@ -118,17 +117,7 @@ def test_two_benchmark_versions_are_not_compared(results):
 
 
 def _second_box(results: Path, name: str, gpu: str | None = None) -> str:
-    other = results / name
-    shutil.copytree(results / fx.MACHINE, other)
-    for path in other.glob("*.json"):
-        data = json.loads(path.read_text())
-        if path.name == "machine.json":
-            data["machine"] = name
-            data["gpu"] = gpu or data["gpu"]
-        else:
-            data["params"]["machine"] = name
-        path.write_text(json.dumps(data))
-    return name
+    return fx.copy_machine(results, name, gpu).name
 
 
 def test_two_gpu_models_are_not_compared(results):
