@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from relu2.interface import Implementation, unavailable
 
 
@@ -64,34 +66,19 @@ def eager_inplace() -> Implementation:
                                       "experts (RELU2_NO_MUL); overwrites its input, declared")
 
 
-def compile_dynamic() -> Implementation:
+def _vllm_compiled(name: str) -> Implementation:
+    """One of vLLM's torch.compile calls on relu² (relu2_impls/vllm.py), resolved on first use."""
     from relu2_impls import vllm
 
-    return vllm.compiled("compile_dynamic")
+    return vllm.compiled(name)
 
 
-def compile_dim0() -> Implementation:
-    from relu2_impls import vllm
-
-    return vllm.compiled("compile_dim0")
-
-
-def compile_model() -> Implementation:
-    from relu2_impls import vllm
-
-    return vllm.compiled("compile_model")
-
-
-def compile_dynamic_1tok() -> Implementation:
-    from relu2_impls import vllm
-
-    return vllm.compiled("compile_dynamic_1tok")
-
-
-def compile_dim0_1tok() -> Implementation:
-    from relu2_impls import vllm
-
-    return vllm.compiled("compile_dim0_1tok")
+# One entry point each (pyproject.toml names them), so listing the implementations compiles nothing.
+compile_dynamic = partial(_vllm_compiled, "compile_dynamic")
+compile_dim0 = partial(_vllm_compiled, "compile_dim0")
+compile_model = partial(_vllm_compiled, "compile_model")
+compile_dynamic_1tok = partial(_vllm_compiled, "compile_dynamic_1tok")
+compile_dim0_1tok = partial(_vllm_compiled, "compile_dim0_1tok")
 
 
 class _constant:
