@@ -7,8 +7,10 @@ How it is built (docs/tracking.md and docs/methodology.md say why):
   so a crash costs only that implementation's cells, and returns plain Python data keyed by cell.
   asv runs every parameter combination in its own process; those processes only read the cache,
   never import torch, and take a fraction of a second.
+* Every cell is measured in rounds (``relu2.rounds``): ``RELU2_ROUNDS`` (default 3) passes over
+  all cells, each with a fresh worker pool, so a figure's samples come from independent processes.
 * ``track_<mode>``, one per timing mode of ``relu2.schema.MODES``, returns ``{"samples":
-  [seconds...], "number": 1}`` so asv keeps the samples (median, IQR, CI); ``track_peak_memory``
+  [seconds per round...], "number": 1}`` so asv keeps the samples (median, IQR, CI); ``track_peak_memory``
   returns the GPU bytes allocated at the peak of one call, ``track_kernel`` the fingerprint of the
   kernel that ran (relu2.compiled).  Versions are pinned (see ``_track``).
 * A cell the harness skipped (implementation unavailable here, e.g. triton without CUDA; out of
@@ -37,6 +39,8 @@ Environment variables:
   suite's own list, plus any registered through the ``relu2.implementations`` entry point group).
 * ``RELU2_TIMEOUT=SECONDS``: an implementation silent this long on one input is killed and its
   remaining cells fail (default 300).
+* ``RELU2_ROUNDS=N``: the rounds a cell is measured in (default 3; 1 to 20).  Fewer than 3 leave the
+  gate only the ratio of medians to judge by (``relu2.verdict.MIN_ROUNDS``).
 * ``RELU2_BENCH_SUITES=Grid,Nemotron``: measure only these suites (the others' cells are n/a); pair
   it with ``asv run --bench`` to time one suite quickly.
 
@@ -109,11 +113,11 @@ def _pick(full, quick) -> list:
 
 
 def setup_cache():
-    """Measure every cell of every suite once (a worker process per implementation); plain data.
+    """Measure every cell of every suite in rounds (a worker process per implementation a round); plain data.
 
     ``{"device": str, "cells": {(impl, dtype, shape): entry}}`` where an entry is ``{"status",
-    "reason", "peak_bytes", "kernel", "modes": {mode: {"status", "reason", "samples"}}}``.  Cells not
-    measured here (above the CPU cap) are absent.
+    "reason", "peak_bytes", "kernel", "modes": {mode: {"status", "reason", "samples"}}}`` (samples: one
+    median a round).  Cells not measured here (above the CPU cap) are absent.
     """
     import torch
 
@@ -141,11 +145,12 @@ def _report(reason: str) -> None:
 def _measure_all(device: str) -> dict:
     import time
 
-    from relu2 import sweep
+    from relu2 import rounds, sweep
     from relu2.isolation import timeout_from_env
-    from relu2.timing import DEFAULT_BUDGET, QUICK_BUDGET
+    from relu2.timing import QUICK_BUDGET, ROUND_BUDGET
 
-    budget = QUICK_BUDGET if _quick() else DEFAULT_BUDGET
+    budget = QUICK_BUDGET if _quick() else ROUND_BUDGET
+    n_rounds = rounds.rounds_from_env()
     # Suite by suite, each cell once (suites share cells), the suites with history first.
     plan, seen = [], set()
     for suite in _selected():
@@ -154,22 +159,16 @@ def _measure_all(device: str) -> dict:
         plan.append((suite.__name__, cells))
     import relu2
 
-    print(f"relu2: measured by the instrument at {os.path.dirname(relu2.__file__)}", file=sys.stderr)
-    measured, results = {}, []
+    print(f"relu2: measured by the instrument at {os.path.dirname(relu2.__file__)}, {n_rounds} rounds", file=sys.stderr)
     start = time.perf_counter()
-    # A kernel that crashes or hangs costs its own cells only; RELU2_TIMEOUT bounds a hang.
-    with sweep.measurer(list(seen), device, timeout_s=timeout_from_env()) as measurer:
-        ready = time.perf_counter() - start
-        print(f"relu2: workers ready in {ready:.0f} s", file=sys.stderr)
-        for name, cells in plan:
-            began = time.perf_counter()
-            swept = sweep.run_sweep(cells, device=device, budget=budget, measurer=measurer)
-            results += list(swept.results) + list(swept.references.values())
-            for result in swept.results:
-                measured[_key(result.cell)] = _entry(result)
-            print(f"relu2: {name}: {len(cells)} cells in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    # Each round a fresh worker pool; a kernel that crashes or hangs costs its own cells only (in the
+    # round it did), and RELU2_TIMEOUT bounds a hang.
+    done = rounds.measure(plan, device, n_rounds, budget=budget, timeout_s=timeout_from_env())
+    measured = {_key(cell): _entry(result) for cell, result in done.cells.items()}
     cost = (f"relu2: {os.environ.get('ASV_COMMIT', '')[:8]}: measured {len(measured)} cells on {device} in "
-            f"{time.perf_counter() - start:.0f} s, workers starting {ready:.0f} s\n{sweep.cost_table(results)}")
+            f"{time.perf_counter() - start:.0f} s, {n_rounds} rounds of "
+            f"{', '.join(f'{s:.0f}' for s in done.rounds_s)} s, workers starting "
+            f"{', '.join(f'{s:.0f}' for s in done.workers_s)} s\n{sweep.cost_table(done.results)}")
     print(cost, file=sys.stderr)
     log = os.environ.get(ENV_LOG)
     if log:  # asv shows a setup's output only when it fails: relu2 asv run prints this after the run

@@ -177,15 +177,17 @@ def prepare(argv: Sequence[str]) -> str | None:
 
 def check_suite_environment(config: str) -> None:
     """UsageError for a suite variable the suites would reject inside asv (where it costs a whole commit
-    and says only "Setting up ... failed"): RELU2_TIMEOUT, RELU2_BENCH_SUITES.  RELU2_BENCH_IMPLS is
-    checked against the commits to be measured (``check_impls``)."""
+    and says only "Setting up ... failed"): RELU2_TIMEOUT, RELU2_ROUNDS, RELU2_BENCH_SUITES.
+    RELU2_BENCH_IMPLS is checked against the commits to be measured (``check_impls``)."""
     import importlib.util
 
     from relu2.isolation import timeout_from_env
     from relu2.machine import UsageError
+    from relu2.rounds import rounds_from_env
 
     try:
         timeout_from_env()
+        rounds_from_env()
     except ValueError as e:
         raise UsageError(str(e)) from None
     conf = json.loads(Path(config).read_text(encoding="utf-8"))

@@ -164,7 +164,9 @@ class Compiled:
         code = serving_code(self, x)
         if not code:
             return ""
-        picks = "".join(f"{name}: {c}\n" for name, c in sorted(launch_configs(code).items()))
+        # What runs, not how many candidates it was picked from: a pick read from the autotuning cache
+        # has one candidate and is the same kernel.
+        picks = "".join(f"{name}: {launch.running or 'untuned'}\n" for name, launch in sorted(launch_configs(code).items()))
         code_hash, pick_hash = _code_hash(code), hashlib.sha256(picks.encode()).hexdigest()
         # The layout relu2.schema.KERNEL_CODE_DIGITS describes: the code's digits, then the pick's.
         digits = KERNEL_CODE_DIGITS
@@ -210,11 +212,25 @@ def describe_config(config: Any) -> str:
     return f"{kwargs} num_warps={getattr(config, 'num_warps', '?')} num_stages={getattr(config, 'num_stages', '?')}"
 
 
-def launch_configs(code: str) -> dict[str, str]:
-    """Kernel name -> the configuration it launches with, for each Triton kernel of the loaded wrapper
-    whose source is ``code``.  After the first call of an autotuned kernel that is the one
-    autotuning picked ("picked of N: ..."); before it, the candidates ("N candidates")."""
-    out: dict[str, str] = {}
+@dataclass(frozen=True)
+class Launch:
+    """How one Triton kernel of a graph launches: the configuration it runs with ("" before its first
+    call has tuned it), and how many candidates autotuning had (1 when the pick came from the
+    autotuning cache, as in a round after the first: relu2.rounds)."""
+
+    running: str
+    candidates: int
+
+    def describe(self) -> str:
+        if not self.running:
+            return f"{self.candidates} candidates, not yet tuned"
+        return f"picked of {self.candidates}: {self.running}" if self.candidates > 1 else self.running
+
+
+def launch_configs(code: str) -> dict[str, Launch]:
+    """Kernel name -> how it launches, for each Triton kernel of the loaded wrapper whose source is
+    ``code``.  After the first call of an autotuned kernel, ``running`` is what autotuning picked."""
+    out: dict[str, Launch] = {}
     for module in loaded_wrappers(code):
         for name, tuner in vars(module).items():
             launchers = getattr(tuner, "launchers", None)
@@ -222,8 +238,7 @@ def launch_configs(code: str) -> dict[str, str]:
             if not launchers and not configs:
                 continue
             if launchers and len(launchers) == 1:
-                picked = describe_config(getattr(launchers[0], "config", None))
-                out[name] = f"picked of {len(configs)}: {picked}" if len(configs) > 1 else picked
+                out[name] = Launch(describe_config(getattr(launchers[0], "config", None)), max(len(configs), 1))
             else:
-                out[name] = f"{len(launchers or configs)} candidates, not yet tuned"
+                out[name] = Launch("", len(launchers or configs))
     return out

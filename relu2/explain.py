@@ -194,7 +194,8 @@ def _compiled_kernels(path, x, caches: Path) -> list[Kernel]:
     kernels = []
     configs = launch_configs(code)
     for name, language, source in wrapper_kernels(code):
-        kernel = Kernel(name, language, source=source, launch=configs.get(name, ""))
+        launch = configs.get(name)
+        kernel = Kernel(name, language, source=source, launch=launch.describe() if launch else "")
         if language == "triton":
             kernel.accesses, kernel.accesses_from = _ptx_of(name, caches)
         else:

@@ -14,7 +14,12 @@ cell at a time to the worker of its implementation and waits for the answer:
 
 Compiler state is part of a measurement: every worker gets empty, private caches for inductor and
 Triton (``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``), removed when the pool closes, so a
-compiled path's kernel never depends on what an earlier run left on disk.
+compiled path's kernel never depends on what an earlier run left on disk.  A pool given a
+``cache_root`` keeps each implementation's caches there instead, for the caller to pass to the next
+pool and remove: the rounds of one measurement (``relu2.rounds``) share what the first compiled and
+autotuned.  Inductor's graph caches are off either way, so every process generates its code itself
+and fingerprints what it generated (a graph served from that cache never passes through the hook
+``relu2.compiled`` reads).
 
 Implementations added with ``relu2.register`` in the calling process are sent to the workers
 pickled: ``fn`` must be picklable, i.e. a function (or an instance of a class) defined at module
@@ -89,8 +94,10 @@ class Ready:
 
 
 def cache_environment(root: str | os.PathLike) -> dict[str, str]:
-    """The variables that point inductor's and Triton's caches into ``root``."""
-    return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"), "TRITON_CACHE_DIR": os.path.join(root, "triton")}
+    """The variables that point inductor's and Triton's caches into ``root``, with inductor's caches of
+    whole graphs (FX graph, AOT autograd) off: Triton's compiled kernels and autotuning picks stay."""
+    return {"TORCHINDUCTOR_CACHE_DIR": os.path.join(root, "inductor"), "TRITON_CACHE_DIR": os.path.join(root, "triton"),
+            "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
 
 
 @contextlib.contextmanager
@@ -186,11 +193,12 @@ def _broken_context(device: str) -> str:
 class _Worker:
     """One worker process and what became of it."""
 
-    def __init__(self, name: str, process, conn, cache_dir: str) -> None:
+    def __init__(self, name: str, process, conn, cache_dir: str, own_cache: bool = True) -> None:
         self.name = name
         self.process = process
         self.conn = conn
         self.cache_dir = cache_dir
+        self.own_cache = own_cache  # removed with the worker; else the pool's caller keeps it
         self.ready: Ready | None = None
         self.dead = ""  # why this worker is gone ("" while it is alive)
 
@@ -209,7 +217,8 @@ class _Worker:
             self.process.kill()
             self.process.join()
         self.conn.close()
-        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        if self.own_cache:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
 
 
 def death_reason(exitcode: int | None) -> str:
@@ -232,11 +241,12 @@ class WorkerPool:
     """
 
     def __init__(self, names: Sequence[str], device: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 startup_timeout_s: float = STARTUP_TIMEOUT_S) -> None:
+                 startup_timeout_s: float = STARTUP_TIMEOUT_S, cache_root: str | os.PathLike | None = None) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout must be > 0 s, got {timeout_s}")
         self.device = device
         self.timeout_s = timeout_s
+        self.cache_root = cache_root  # None: each worker's caches are its own and go with it
         self.workers: dict[str, _Worker] = {}
         self._context = multiprocessing.get_context("spawn")
         try:
@@ -270,12 +280,17 @@ class WorkerPool:
 
         here = registered_here()
         for name in names:
-            cache_dir = tempfile.mkdtemp(prefix=f"relu2-worker-{name}-")
+            if self.cache_root is None:
+                cache_dir = tempfile.mkdtemp(prefix=f"relu2-worker-{name}-")
+            else:
+                cache_dir = os.path.join(self.cache_root, name)
+                os.makedirs(cache_dir, exist_ok=True)
+            own = self.cache_root is None
             parent, child = self._context.Pipe()
             try:
                 registered = pickle.dumps([here[name]] if name in here else [])
             except Exception as e:  # noqa: BLE001  a lambda or a closure cannot cross to another process
-                worker = _Worker(name, _NoProcess(), parent, cache_dir)
+                worker = _Worker(name, _NoProcess(), parent, cache_dir, own)
                 worker.ready = Ready(False, True, f"cannot be sent to an isolated worker: {type(e).__name__}: {e}; "
                                      "register a function defined at module level (docs/implementations.md)", ())
                 worker.dead = worker.ready.reason
@@ -286,7 +301,7 @@ class WorkerPool:
                                             name=f"relu2-worker-{name}", daemon=True)
             process.start()
             child.close()  # the worker holds the other end; EOF here then means it died
-            self.workers[name] = _Worker(name, process, parent, cache_dir)
+            self.workers[name] = _Worker(name, process, parent, cache_dir, own)
         deadline = time.monotonic() + startup_timeout_s
         for worker in self.workers.values():
             if worker.ready is not None:

@@ -44,14 +44,22 @@ class Mode:
     # of the same bytes by much; False when host-side call overhead is part of it.
     kernel_time: bool = True
     # The first method whose samples are per-round medians (one independent worker process each)
-    # rather than replays in one process; None while no method is.  Whoever makes the timer measure
-    # in rounds bumps ``method`` and sets this to it, so the gate tests the spread between rounds.
+    # rather than replays in one process (None: none is), so the gate tests the spread between rounds.
     rounds_from_method: int | None = None
 
     @property
     def asv_version(self) -> str:
         """The version of the asv ``track_<name>`` benchmarks: asv keys history by it."""
-        return self.first_asv_version if self.method == 1 else f"{self.name}-method-{self.method}"
+        return self.version_of(self.method)
+
+    def version_of(self, method: int) -> str:
+        """The asv version figures of ``method`` are recorded under."""
+        return self.first_asv_version if method == 1 else f"{self.name}-method-{method}"
+
+    @property
+    def versions_before(self) -> tuple[str, ...]:
+        """The asv versions of this mode's earlier methods (kept in committed results, never compared)."""
+        return tuple(self.version_of(m) for m in range(1, self.method))
 
     def method_of(self, asv_version: str | None) -> int | None:
         """Which method a recorded asv version is (None: not one of this mode's)."""
@@ -68,16 +76,21 @@ class Mode:
         return self.rounds_from_method is not None and method is not None and method >= self.rounds_from_method
 
 
+# Methods (docs/tracking.md lists them): hot 2, cold 3 and launch 2 are the first measured in rounds,
+# each figure the median of ``relu2.rounds.DEFAULT_ROUNDS`` independent worker processes' medians.
 MODES: tuple[Mode, ...] = (
     Mode("hot", "hot (kernel time, L2 warm)", "-",
          "CUDA-graph replay of back-to-back calls on one input: the kernel's own time, data warm in L2",
-         first_asv_version="deca6e1fca4ee5060d32c98cbd9049144d6e7511a586083fda885c42990970eb"),
+         first_asv_version="deca6e1fca4ee5060d32c98cbd9049144d6e7511a586083fda885c42990970eb",
+         method=2, rounds_from_method=2),
     Mode("cold", "cold (kernel time, L2 cold)", "--",
          "the same with the L2 flushed and every call on its own input: what a model sees after a GEMM",
-         first_asv_version="ad1ee5675c5da51859e7df98b59112d700f16843039c013c3b83aefce1522fad", method=2),
+         first_asv_version="ad1ee5675c5da51859e7df98b59112d700f16843039c013c3b83aefce1522fad",
+         method=3, rounds_from_method=3),
     Mode("launch", "launch (eager calls, wall clock)", ":",
          "wall clock of back-to-back eager calls then one synchronize: what eager mode pays per call",
-         first_asv_version="4b93e7c8c61f45612e066afd68d4a83db7e001697987be919440431568060aa2", kernel_time=False),
+         first_asv_version="4b93e7c8c61f45612e066afd68d4a83db7e001697987be919440431568060aa2", kernel_time=False,
+         method=2, rounds_from_method=2),
 )
 MODE_NAMES: tuple[str, ...] = tuple(m.name for m in MODES)
 # The asv benchmark of GPU memory at the peak of one call (unit bytes), beside the timing modes.
@@ -499,8 +512,10 @@ KERNEL_ID_DIGITS = 12
 # share the code digits ran the same code, maybe with another pick (relu2.compiled).  Version 2: this
 # layout (version 1 hashed code and picks together, or code alone).
 KERNEL_CODE_DIGITS = 6
-KERNEL_ASV_VERSION = "2"
-KERNEL_ASV_VERSIONS_BEFORE: tuple[str, ...] = ("1",)  # kept in committed results, not compared with 2
+# Version 3: the pick's digits hash the launch configuration that runs, not how many candidates it was
+# picked from (a round that reads the pick from the autotuning cache has only the one: relu2.rounds).
+KERNEL_ASV_VERSION = "3"
+KERNEL_ASV_VERSIONS_BEFORE: tuple[str, ...] = ("1", "2")  # kept in committed results, not compared with 3
 
 
 def kernel_id(fingerprint: str) -> int:

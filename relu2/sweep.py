@@ -63,8 +63,9 @@ class InProcess:
 
 @contextmanager
 def measurer(cells: Iterable[Cell], device: str, isolate: bool = True, timeout_s: float | None = None,
-             progress: bool = False) -> Iterator[Measurer]:
-    """A worker per implementation of ``cells`` (and the roofline), started and ready; or this process."""
+             progress: bool = False, cache_root: str | Path | None = None) -> Iterator[Measurer]:
+    """A worker per implementation of ``cells`` (and the roofline), started and ready; or this process.
+    ``cache_root``: where the workers keep their compiler caches (``relu2.isolation.WorkerPool``)."""
     if not isolate:
         yield InProcess()
         return
@@ -74,7 +75,7 @@ def measurer(cells: Iterable[Cell], device: str, isolate: bool = True, timeout_s
     if progress:
         print(f"relu2 sweep: starting {len(names)} worker processes, one per implementation "
               f"({', '.join(names)})", file=sys.stderr)
-    with WorkerPool(names, device, timeout_s or DEFAULT_TIMEOUT_S) as pool:
+    with WorkerPool(names, device, timeout_s or DEFAULT_TIMEOUT_S, cache_root=cache_root) as pool:
         yield pool
 
 

@@ -11,7 +11,12 @@
 #                   machine $RELU2_MACHINE (default h200) into $RELU2_RESULTS (default results);
 #                   RELU2_ASV_BENCH=REGEX passes --bench (with RELU2_BENCH_SUITES, one suite only)
 #     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
-#     gate=BASE,HEAD  relu2 gate on what asv= steps recorded (machine $RELU2_MACHINE), text and the spread
+#     gate=BASE,HEAD  relu2 gate on what asv= steps recorded (machine $RELU2_MACHINE), text and the spread;
+#                   RELU2_GATE_ARGS adds arguments (e.g. --allow-missing 'ModelShapes.*')
+#     confirm=BASE,HEAD  the gate's flagged cells measured again (relu2 confirm, timed), then the gate
+#                   with --confirmed; its JSON files come back in logs.tgz
+#     suites=NAMES  the asv= steps after it measure only these suites (RELU2_BENCH_SUITES and --bench;
+#                   one suite), "suites=" all again
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
@@ -127,6 +132,19 @@ demo() {  # demo BASE,HEAD
   run gate-equal bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $base --results results-demo --machine h200-demo; echo gate exit \$?"
 }
 
+confirm_step() {  # confirm_step BASE,HEAD
+  # What CI does on a flagged gate (.github/workflows/benchmarks.yml): the flagged cells measured again,
+  # base and head in fresh interleaved processes from worktrees of both commits, then the confirmed gate.
+  local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo j=$LOG/confirm-${1//[^a-zA-Z0-9]/_}
+  run "confirm-${1//[^a-zA-Z0-9]/_}" bash -c "cd $repo && \
+    python3 -m relu2 gate $base $head --results $RESULTS --machine $MACHINE ${RELU2_GATE_ARGS:-} --format json > $j.gate.json; \
+    echo flagged gate exit \$?; t0=\$SECONDS; \
+    python3 -m relu2 confirm $base $head --from-gate $j.gate.json --machine $MACHINE --out $j.json; \
+    echo confirm exit \$? in \$((SECONDS - t0)) s; \
+    python3 -m relu2 gate $base $head --results $RESULTS --machine $MACHINE ${RELU2_GATE_ARGS:-} --confirmed $j.json; \
+    echo confirmed gate exit \$?"
+}
+
 install_self || { echo "installing the checkout (entry points) failed"; exit 1; }
 for step in "${@:-smoke}"; do
   case $step in
@@ -136,9 +154,12 @@ for step in "${@:-smoke}"; do
     asv=*) asv_run "${step#asv=}" ;;
     demo=*) demo "${step#demo=}" ;;
     gate=*) pair=${step#gate=}
-            run gate bash -c "cd /tmp/relu2-repo && python3 -m relu2 gate ${pair%,*} ${pair#*,} --results $RESULTS --machine $MACHINE --spread; echo gate exit \$?" ;;
+            run "gate-${pair//[^a-zA-Z0-9]/_}" bash -c "cd /tmp/relu2-repo && python3 -m relu2 gate ${pair%,*} ${pair#*,} --results $RESULTS --machine $MACHINE --spread ${RELU2_GATE_ARGS:-}; echo gate exit \$?" ;;
+    confirm=*) confirm_step "${step#confirm=}" ;;
+    suites=*) if [ -n "${step#suites=}" ]; then export RELU2_BENCH_SUITES=${step#suites=} RELU2_ASV_BENCH=${step#suites=}
+              else unset RELU2_BENCH_SUITES RELU2_ASV_BENCH; fi ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
-    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | sweep=ARG+ARG...]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | suites=NAMES | sweep=ARG+ARG...]..." >&2; exit 2 ;;
   esac
 done
 if [ -d "/tmp/relu2-repo/$RESULTS" ]; then

@@ -145,7 +145,7 @@ def test_versions_follow_the_methods_and_keep_the_committed_history(tmp_path):
     for mode in MODES:
         for suite in ("Grid", "ModelShapes", "VllmShapes", "Nemotron", "WarmupOrder"):
             assert recorded[f"bench_relu2.{suite}.track_{mode.name}"]["version"] == mode.asv_version
-    earlier = {m.first_asv_version for m in MODES if m.method > 1} | set(KERNEL_ASV_VERSIONS_BEFORE)
+    earlier = {v for m in MODES for v in m.versions_before} | set(KERNEL_ASV_VERSIONS_BEFORE)
     for path in (ROOT / "results").glob("*/*.json"):
         if path.name == "machine.json":
             continue
@@ -178,11 +178,14 @@ def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_im
     calls = tmp_path / "calls"
     monkeypatch.setenv("RELU2_TEST_CALLS", str(calls))
     temporary_impl("wrong", wrong_counting_calls)
+    from relu2.rounds import DEFAULT_ROUNDS
+
     cache = bench.setup_cache()
     grid, model = bench.Grid(), bench.ModelShapes()
-    # one agreement call per input (two grid sizes, one model shape), no timing calls
+    # one agreement call per input and round (each round a fresh worker), no timing calls:
     # grid 1024 and 4096, ModelShapes 1x3072, VllmShapes 16x3072, Nemotron and WarmupOrder 8x3712 (shared)
-    assert sorted(calls.read_text().split(), key=int) == ["1024", "3072", "4096", "29696", "49152"]
+    inputs = ["1024", "3072", "4096", "29696", "49152"]
+    assert sorted(calls.read_text().split(), key=int) == sorted(inputs * DEFAULT_ROUNDS, key=int)
     assert len(cache["cells"]) == 5 * 4  # each of the four implementations once per input
 
     grid.setup(cache, "wrong", "float32", 1024)  # failed is not skipped: the track_ methods raise
@@ -195,7 +198,7 @@ def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_im
     for impl in ("eager", "copy"):
         grid.setup(cache, impl, "float32", 4096)
         figure = grid.track_cold(cache, impl, "float32", 4096)
-        assert figure["number"] == 1 and figure["samples"]
+        assert figure["number"] == 1 and len(figure["samples"]) == DEFAULT_ROUNDS  # one median a round
         assert all(isinstance(s, float) and 0 < s < 1 for s in figure["samples"])
         assert model.track_launch(cache, impl, 1, 3072)["samples"]
         if cache["device"] == "cpu":

@@ -85,6 +85,8 @@ def test_relu2_asv_run_refuses_in_one_line_before_building(missing, message, tmp
 @pytest.mark.parametrize("var, value, message", [
     ("RELU2_BENCH_SUITES", "Nope", "names no suite"),
     ("RELU2_TIMEOUT", "abc", "expected a positive number"),
+    ("RELU2_ROUNDS", "0", "expected a whole number of rounds"),
+    ("RELU2_ROUNDS", "2.5", "expected a whole number of rounds"),
 ])
 def test_relu2_asv_run_refuses_a_bad_suite_variable_before_asv_starts(var, value, message, tmp_path, monkeypatch,
                                                                        capsys):
