@@ -168,7 +168,8 @@ def _measure_all(device: str) -> dict:
     cost = (f"relu2: {os.environ.get('ASV_COMMIT', '')[:8]}: measured {len(measured)} cells on {device} in "
             f"{time.perf_counter() - start:.0f} s, {n_rounds} rounds of "
             f"{', '.join(f'{s:.0f}' for s in done.rounds_s)} s, workers starting "
-            f"{', '.join(f'{s:.0f}' for s in done.workers_s)} s\n{sweep.cost_table(done.results)}")
+            f"{', '.join(f'{s:.0f}' for s in done.workers_s)} s and leaving "
+            f"{', '.join(f'{s:.0f}' for s in done.closing_s)} s\n{sweep.cost_table(done.results)}")
     print(cost, file=sys.stderr)
     log = os.environ.get(ENV_LOG)
     if log:  # asv shows a setup's output only when it fails: relu2 asv run prints this after the run

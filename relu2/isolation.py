@@ -133,6 +133,10 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
 
     faulthandler.enable()  # a segfault in a kernel prints the Python stack it came from
     os.environ.update(cache_environment(cache_dir))  # for the worker's life; the pool removes the folder
+    # Inductor compiles in this process, not in a pool of compile workers of its own: a graph of one
+    # kernel gains nothing from the pool, and a pool per compiled path (16 processes each on the
+    # H200 box, every round) costs seconds of start-up and competes for the CPU with the timing.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
     from relu2 import registry
     from relu2.measure import all_modes, describe, measure_cell
@@ -202,13 +206,18 @@ class _Worker:
         self.ready: Ready | None = None
         self.dead = ""  # why this worker is gone ("" while it is alive)
 
-    def stop(self) -> None:
-        """Ask the worker to leave, then make sure it has; its private caches go with it."""
+    def ask_to_leave(self) -> None:
+        """Tell the worker to finish (it exits after its current cell); ``stop`` waits for it."""
         if self.process.is_alive():
             try:
                 self.conn.send(None)
             except (OSError, ValueError):
                 pass
+
+    def stop(self) -> None:
+        """Ask the worker to leave, then make sure it has; its private caches go with it."""
+        self.ask_to_leave()
+        if self.process.is_alive():
             self.process.join(_KILL_GRACE_S)
         if self.process.is_alive():  # busy (a hang, a cell past its timeout): ask it to exit cleanly
             self.process.terminate()
@@ -262,6 +271,9 @@ class WorkerPool:
         self.close()
 
     def close(self) -> None:
+        # All are told first, so they tear their CUDA contexts down together, not one after another.
+        for worker in self.workers.values():
+            worker.ask_to_leave()
         for worker in self.workers.values():
             worker.stop()
 
@@ -338,6 +350,7 @@ class WorkerPool:
             return all_modes(cell, modes, FAILED if worker.ready.broken else SKIPPED, worker.ready.reason)
         if worker.dead:
             return all_modes(cell, modes, FAILED, f"not measured: {worker.dead}")
+        sent = time.perf_counter()
         try:
             worker.conn.send((cell, tuple(modes), budget))
         except (OSError, ValueError):
@@ -346,6 +359,8 @@ class WorkerPool:
         if answer is None:
             return all_modes(cell, modes, FAILED, worker.dead)
         _, result, broken = answer
+        # The round trip less the worker's own phases: pickling, the pipe, the device check after a cell.
+        result.seconds["transfer"] = max(0.0, time.perf_counter() - sent - sum(result.seconds.values()))
         if broken:
             worker.dead = f"the device broke while measuring {cell.describe()}: {broken}"
             worker.stop()

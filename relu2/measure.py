@@ -52,8 +52,9 @@ class CellResult:
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     peak_bytes: int | None = None
     kernel: str = ""  # the implementation's fingerprint of what ran for this input
-    # Where the cell's time went, by phase ("prepare", "agreement", "fingerprint", each mode,
-    # "peak memory"): what a commit's measurement costs, and where rounds can be paid for.
+    # Where the cell's time went, by phase ("prepare", "agreement", "input", "fingerprint", each mode,
+    # "peak memory", "cleanup"; a worker pool adds "transfer", the rest of its round trip): what a
+    # commit's measurement costs, and where rounds are paid for.
     seconds: dict[str, float] = field(default_factory=dict)
 
     def median(self, mode: str) -> float:
@@ -109,7 +110,8 @@ def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget |
     except Exception:  # a side figure; the timings stand without it
         result.peak_bytes = None
     del x
-    free_memory(device, collect=False)
+    with _phase(seconds, "cleanup"):
+        free_memory(device, collect=False)
     return result
 
 
@@ -129,7 +131,8 @@ def prepare_and_check(impl: Implementation, cell: Cell, device: str,
     if impl.is_relu2:
         with _phase(seconds, "agreement"):  # a torch.compile'd implementation compiles here, untimed
             check_agreement(impl, fresh_input(cell, device))
-    x = fresh_input(cell, device)
+    with _phase(seconds, "input"):
+        x = fresh_input(cell, device)
     with _phase(seconds, "fingerprint"):
         kernel = impl.fingerprint(x) if impl.fingerprint is not None else ""
     return x, kernel

@@ -12,12 +12,15 @@ pass then shows as spread, not as a step.
   median, IQR), and the mode's method says so (``relu2.schema.Mode.rounds_from_method``), so the
   gate tests the spread between rounds rather than between replays.
 * **Nothing lost.**  A cell that failed in any round failed, with that round's reason; one skipped in
-  every round is skipped.  A cell whose kernel fingerprint differs between rounds failed: its rounds
+  every round is skipped.  A cell whose generated code differs between rounds failed: its rounds
   timed two different kernels, and their median would be neither's figure.
 * **Compiler state.**  Each implementation's inductor and Triton caches live for the whole
   measurement, empty at the first round (``relu2.isolation``): the first round compiles and
-  autotunes, the later ones generate the same code again and read the pick autotuning made, so every
-  round times the kernel the first chose and no round pays for autotuning twice.
+  autotunes, the later ones generate the same code again (and find Triton's binaries).  Autotuning
+  may still choose again in a later round: where its candidates are a coin toss (a kernel of a few
+  thousand elements) a round can pick another one, as a process of the model would.  The cell is then
+  the figure of every round, and its fingerprint names the picks seen (``relu2.schema.with_picks``):
+  a commit whose rounds saw other picks reads as repicked, never as a slowdown.
 
 Torch-free at import: ``relu2 asv run`` checks ``RELU2_ROUNDS`` before asv starts.
 """
@@ -32,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from relu2.schema import FAILED, OK, SKIPPED, Cell
+from relu2.schema import FAILED, OK, SKIPPED, Cell, with_picks
 
 if TYPE_CHECKING:
     from relu2.measure import CellResult
@@ -79,10 +82,11 @@ def merge(rounds: Sequence["CellResult"]) -> "CellResult":
     if status != OK:
         outcomes = {mode: Outcome(status, reason) for mode in rounds[0].outcomes}
         return CellResult(cell, status, reason, outcomes, None, rounds[0].kernel, seconds)
-    kernels = list(dict.fromkeys(r.kernel for r in rounds))
-    if len(kernels) > 1:
-        reason = (f"the kernel differed between rounds ({', '.join(k or 'none' for k in kernels)}): its figure "
-                  "would mix two kernels")
+    kernel = with_picks(r.kernel for r in rounds)
+    if kernel is None:
+        kernels = list(dict.fromkeys(r.kernel for r in rounds))
+        reason = (f"the generated code differed between rounds ({', '.join(k or 'none' for k in kernels)}): its "
+                  "figure would mix two kernels")
         return CellResult(cell, FAILED, reason, {mode: Outcome(FAILED, reason) for mode in rounds[0].outcomes},
                           None, kernels[0], seconds)
     outcomes = {}
@@ -92,7 +96,7 @@ def merge(rounds: Sequence["CellResult"]) -> "CellResult":
         outcomes[mode] = (Outcome(OK, timing=Timing(mode, tuple(o.median_s for o in got))) if status == OK
                           else Outcome(status, reason))
     peaks = [r.peak_bytes for r in rounds if r.peak_bytes is not None]
-    return CellResult(cell, OK, "", outcomes, max(peaks) if peaks else None, kernels[0], seconds)
+    return CellResult(cell, OK, "", outcomes, max(peaks) if peaks else None, kernel, seconds)
 
 
 def _fate(fates: Sequence[tuple[str, str]], which: Callable[[int], str]) -> tuple[str, str]:
@@ -115,6 +119,7 @@ class Measured:
     # every cell's merged result in the order measured, the references the sweeps added among them
     results: list["CellResult"] = field(default_factory=list)
     workers_s: list[float] = field(default_factory=list)  # each round's worker start-up
+    closing_s: list[float] = field(default_factory=list)  # each round's workers leaving
     rounds_s: list[float] = field(default_factory=list)  # each round's whole wall time
 
 
@@ -146,6 +151,8 @@ def measure(plan: Sequence[tuple[str, Sequence[Cell]]], device: str, rounds: int
                     for result in [*swept.results, *swept.references.values()]:
                         got.setdefault(result.cell, result)
                     say(f"relu2: round {r + 1}/{rounds}: {name}: {len(cells)} cells in {time.perf_counter() - t0:.0f} s")
+                measured_at = time.perf_counter()
+            out.closing_s.append(time.perf_counter() - measured_at)
             per_round.append(got)
             out.rounds_s.append(time.perf_counter() - began)
     finally:

@@ -533,6 +533,22 @@ def only_repicked(a: str, b: str) -> bool:
     return a != b and a[:KERNEL_CODE_DIGITS] == b[:KERNEL_CODE_DIGITS]
 
 
+def with_picks(fingerprints: Iterable[str]) -> str | None:
+    """One fingerprint for the same generated code run with several picks (one a round): the code's
+    digits, then a hash of the picks seen; None when the code itself differs.  Two measurements that
+    saw the same picks get the same fingerprint, and a different set reads as ``only_repicked``."""
+    found = sorted(set(fingerprints))
+    if len(found) <= 1:
+        return found[0] if found else ""
+    n = KERNEL_CODE_DIGITS
+    code = {(f[:n], f[2 * n:]) for f in found}
+    if len(code) != 1 or any(len(f) <= 2 * n for f in found):
+        return None
+    picks = hashlib.sha256(",".join(f[n:2 * n] for f in found).encode()).hexdigest()[:n]
+    head, rest = code.pop()
+    return head + picks + rest
+
+
 def derive(values: dict[str, Any]) -> dict[str, Any]:
     """Fill every derived column of an ok figure in ``values`` (in place, in column order) and return it."""
     for column in COLUMNS:

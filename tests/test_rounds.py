@@ -54,10 +54,23 @@ def test_one_mode_failing_in_one_round_fails_that_mode_only():
     assert (merged.outcomes["cold"].status, merged.outcomes["cold"].reason) == (FAILED, "round 2 of 2: capture failed")
 
 
-def test_a_kernel_that_differs_between_rounds_fails_the_cell():
+def test_generated_code_that_differs_between_rounds_fails_the_cell():
     merged = merge([_round({"hot": 1e-6}), _round({"hot": 1e-6}, kernel="k2")])
     assert merged.status == FAILED and "k1, k2" in merged.reason
     assert merged.outcomes["hot"].status == FAILED
+
+
+def test_the_same_code_picked_differently_between_rounds_is_measured_and_named_by_its_picks():
+    """Seen on the H200: compile_dynamic float32 (1, 4096) picked another launch configuration in one
+    of three rounds (same code digits 5d722f, other pick digits)."""
+    from relu2.schema import only_repicked, with_picks
+
+    a, b = "5d722f5c994792e2", "5d722f9b387c92e2"
+    merged = merge([_round({"hot": 1e-6}, kernel=a), _round({"hot": 2e-6}, kernel=b), _round({"hot": 1e-6}, kernel=a)])
+    assert merged.status == OK and merged.outcomes["hot"].timing.samples_s == (1e-6, 2e-6, 1e-6)
+    assert merged.kernel == with_picks([b, a]) and only_repicked(merged.kernel, a)  # code kept, picks named
+    assert merged.kernel[:6] == "5d722f" and merged.kernel[12:] == "92e2"
+    assert with_picks([a, a]) == a and with_picks([a, "77777700000092e2"]) is None
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "2.5", "abc", "21"])
