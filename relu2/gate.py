@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -29,7 +30,7 @@ from relu2.noise import LARGEST_BAND, NoiseModel, Resolution, Rule
 from relu2.machine import is_cpu_machine
 from relu2.schema import OK
 from relu2.verdict import GATED_MODES, SUMMARY, TIMING_MODES, Cell, Change, VerdictInputError, check_versions, \
-    compare, confirm, decode, read_remeasurement, spread
+    compare, confirm, decode, entries, fingerprints, kernel_of, read_remeasurement, spread
 
 UNKNOWN_MODE_WHY = "no learned noise for this mode and band: reported, not gated"
 FAILED_BASE_LIMIT = 0.5  # a base with more failed cells than this says nothing about head
@@ -85,15 +86,18 @@ def make_rule_for(model: NoiseModel, l2_bytes: int, *, factor: float | None, flo
     """The rule of a cell in a comparison of ``gated`` gated cells, with the command line's overrides."""
     floor = model.floor_s if floor_s is None else floor_s
 
-    def rule_for(cell: Cell, gated: int) -> Rule:
+    def rule_for(cell: Cell, gated: int, kernel: str | None = None) -> Rule:
         mode = cell.timing_mode
         if cpu and factor is None:
             return Rule(False, 1.10, floor, CPU_WHY)
         if mode in GATED_MODES:
-            learned = model.threshold(mode, band_name(cell, l2_bytes), gated)
+            band = band_name(cell, l2_bytes)
+            learned = model.threshold(mode, band, gated)
             if factor is not None:
                 return Rule(True, factor, floor)
-            return Rule(True, learned, floor) if learned else Rule(False, 1.10, floor, UNKNOWN_MODE_WHY)
+            if not learned:
+                return Rule(False, 1.10, floor, UNKNOWN_MODE_WHY)
+            return Rule(True, learned, floor, width=model.width(noise.width_key(cell, kernel), mode, band))
         if mode == "launch" and gate_launch:
             return Rule(True, gate_launch, 0.0 if floor_s is None else floor_s, "gated by --gate-launch")
         return Rule(False, factor or 1.10, 0.0 if floor_s is None else floor_s, LAUNCH_WHY)
@@ -116,7 +120,8 @@ def resolution(base_cells: Sequence[Cell], base_values: Sequence[float], rule_fo
     for mode in TIMING_MODES:
         for band in noise.BANDS:
             probe = Cell("", mode, (), "", "bfloat16", _shape_in(band, l2_bytes))
-            rule = rule_for(probe, gated)
+            # Each recorded case is judged at its own width (noise.detects), not the band's typical one.
+            rule = replace(rule_for(probe, gated), width=0.0)
             fit = model.fit_for(mode, band.name)
             caught = noise.resolution(fit.sample, rule) if rule.gated and fit else math.nan
             out.append(Resolution(mode, band.name, rule.gated, rule.ratio, rule.floor_s,
@@ -184,7 +189,7 @@ def gate(
         except VerdictInputError as e:
             raise GateInputError(str(e)) from None
     rule_for = make_rule_for(model, l2, factor=factor, floor_s=floor_s, gate_launch=gate_launch, cpu=cpu)
-    found = compare(base_records, head_records, rule_for, allow_missing)
+    found = compare(base_records, head_records, rule_for, allow_missing, band_of=lambda cell: band_name(cell, l2))
     if (found.base_cells and len(found.failed_at_base) > FAILED_BASE_LIMIT * found.base_cells
             and not allow_failed_base):
         raise GateInputError(f"base {base_full[:8]} on {bm}: {len(found.failed_at_base)} of its {found.base_cells} "
@@ -210,6 +215,7 @@ def gate(
         spread=spread(base_records, head_records) if with_spread else [], cpu=cpu, overrides=overrides,
         noise={"model": model.gpu, "budget": model.budget, "gated": found.gated,
                "per_cell": model.per_cell(found.gated), "l2_bytes": l2},
+        offsets={f"{mode} {band}": math.exp(v) for (mode, band), v in sorted(found.offsets.items())},
         notes_=[n for n in (model_note,) if n and not cpu],
     )
 
@@ -228,9 +234,11 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: str, head: st
     by_key = {(r.benchmark, r.params): decode(r) for r in base_records}
     gated = max(1, gated)
 
+    kernels = fingerprints(entries(base_records))
+
     def rule_of(change: Change) -> Rule:
         cell = by_key.get((change.benchmark, change.params))
-        return rule_for(cell, gated) if cell else Rule(True, change.threshold, 0.0)
+        return rule_for(cell, gated, kernel_of(cell, kernels)) if cell else Rule(True, change.threshold, 0.0)
 
     result = confirm(flagged, again, rule_of)
     return result.confirmed + result.not_remeasured, result.unconfirmed
@@ -265,14 +273,22 @@ def noise_check(results_dirs: Sequence[str], held_out: str) -> list[dict]:
     includes it (both directions) and count false flags (flags on cells whose kernel did not change)."""
     from relu2.verdict import entries, fingerprints, kernel_unchanged
 
-    runs = [r for d in results_dirs for r in noise.runs_in(d)]
-    model = noise.learn_from([r for r in runs if r.machine != held_out])
+    from relu2.verdict import VerdictInputError, check_versions
+
+    every = [r for d in results_dirs for r in noise.runs_in(d)]
+    model = noise.learn_from([r for r in every if r.machine != held_out])
     out = []
-    for a, b in noise.no_change_pairs(runs):
+    # Checked: the pairs measured by today's methods (what the gate will judge) that include the box.
+    for a, b in noise.no_change_pairs([r for r in every if _of_todays_methods(r)]):
+        try:
+            check_versions(a.records, b.records)
+        except VerdictInputError:  # two methods: the gate refuses the pair, so no verdict to check
+            continue
         for base, head in ((a, b), (b, a)):
             rule_for = make_rule_for(model, base.l2_bytes or model.l2_bytes, factor=None, floor_s=None,
                                      gate_launch=None, cpu=False)
-            found = compare(base.records, head.records, rule_for)
+            l2 = base.l2_bytes or model.l2_bytes
+            found = compare(base.records, head.records, rule_for, band_of=lambda cell, l2=l2: band_name(cell, l2))
             kb, kh = fingerprints(entries(base.records)), fingerprints(entries(head.records))
             table = {(c.benchmark, c.params): c for c in found.regressions}
             false = [c for c in table.values()
@@ -280,6 +296,13 @@ def noise_check(results_dirs: Sequence[str], held_out: str) -> list[dict]:
             out.append({"base": base.name, "head": head.name, "held_out": held_out in (a.machine, b.machine),
                         "gated": found.gated, "false_flags": len(false), "flags": len(found.regressions)})
     return out
+
+
+def _of_todays_methods(run: noise.Run) -> bool:
+    from relu2.schema import mode as mode_named
+
+    return any(mode_named(c.measure).asv_version == r.version for r in run.records
+               for c in (decode(r),) if c.measure in GATED_MODES)
 
 
 def _record_of(records, change: Change):

@@ -48,6 +48,7 @@ class GateReport:
     cpu: bool = False  # both machines measured on the CPU: timings reported, not gated (without --factor)
     overrides: dict[str, Any] = field(default_factory=dict)
     noise: dict[str, Any] = field(default_factory=dict)  # the model used: gpu, budget, gated cells, per-cell share
+    offsets: dict[str, float] = field(default_factory=dict)  # "hot in L2" -> the references' head/base, taken out
     notes_: list[str] = field(default_factory=list)
 
     @property
@@ -105,6 +106,13 @@ class GateReport:
         return (f"noise model {n.get('model', '?')}: at most {n['budget']:.0%} of runs of unchanged code fail; "
                 f"{n['gated']} gated cells share it ({n['per_cell']:.2g} each)")
 
+    def offsets_line(self) -> str:
+        """How the box moved, as the references say: what every cell of a band is judged after."""
+        if not self.offsets:
+            return ""
+        moves = ", ".join(f"{key} {ratio:.3f}x" for key, ratio in self.offsets.items())
+        return f"references (eager, copy) moved head/base {moves}: each cell is judged after its band's move"
+
     def _regression_title(self) -> str:
         if self.confirmation:
             return "CONFIRMED REGRESSIONS (flagged, then flagged again on re-measurement, or not re-measured)"
@@ -116,6 +124,7 @@ class GateReport:
         lines = [f"relu2 gate: {self.verdict} (exit {self.exit_code}): {self.summary()}", self.header()]
         lines += [f"relu2 gate: {note}" for note in self.notes()]
         lines += [self.budget_line()] if self.budget_line() else []
+        lines += [self.offsets_line()] if self.offsets_line() else []
         lines += _table(self._regression_title(), self.regressions)
         lines += _table("UNCONFIRMED (flagged at first, not again on re-measurement: not failing)", self.unconfirmed)
         lines += _table("NEW FAILURES (ok at base, failed at head; see the asv log)", self.new_failures)
@@ -138,6 +147,8 @@ class GateReport:
         lines += [f"\n**{note}**" for note in self.notes()]
         if self.budget_line():
             lines += ["", self.budget_line() + "."]
+        if self.offsets_line():
+            lines += ["", self.offsets_line() + "."]
         title = "Confirmed regressions" if self.confirmation else "Regressions (flagged, not confirmed)"
         for name, changes in ((title, self.regressions), ("Unconfirmed (not failing)", self.unconfirmed),
                               ("New failures", self.new_failures), ("Vanished cells", self.vanished),
@@ -184,6 +195,7 @@ class GateReport:
             "cpu": self.cpu,
             "overrides": self.overrides,
             "noise_model": self.noise,
+            "reference_moves": self.offsets,
         }
 
     def _not_gated_why(self) -> str:

@@ -6,16 +6,29 @@
   ``l2_bytes`` (recorded by ``relu2.machine.machine_info`` from now on) or from ``KNOWN_L2``.
 * **Learned, not chosen.**  ``learn_from`` takes every pair of runs in some results folders (same GPU
   model) and, per cell whose generated kernel did not change between the two (same fingerprint;
-  the baseline and the roofline have none and never change), the log of the ratio of the two
-  medians.  Per mode and band it fits |log ratio| with an exponential tail beyond its 90th percentile
+  the baseline and the roofline have none and never change) and whose figures are of a method the
+  mode learns from (``relu2.schema.Mode.noise_versions``: today's, and earlier ones that differ only
+  in how many processes and samples make a figure), the log of the ratio of the two medians.  Each
+  pair is its own box-to-box draw, so A/A runs of earlier boxes keep teaching the tail.  Per mode and band it fits |log ratio| with an exponential tail beyond its 90th percentile
   (``TailFit``): the tail of a handful of A/A runs is heavier than a normal's.
+* **Each cell's own spread, learned from its rounds.**  A figure is the median of rounds, each a fresh
+  process, and some cells are bimodal between processes (on the H200, kernels moving more than a
+  gigabyte ran about 334 or 371 µs, a process's allocation deciding which): their median can jump
+  by the gap between two runs of identical code.  Every run's rounds show that spread, so the model
+  keeps, per cell and kernel, the widest log(max/min) of its rounds in any recorded run
+  (``widths``); a cell with none recorded takes its band's median.  A cell is slower only beyond its
+  width (or its base's rounds', if wider) times the band's ratio, and the band's tail is fitted to
+  what the pairs moved beyond the widths: one bimodal cell no longer coarsens its whole band.
+* **Relative to the references.**  Each pair's log ratios are taken after the median move of its
+  reference cells (eager, copy) in the same mode and band, as the gate judges them
+  (``relu2.verdict.reference_offsets``): a box faster as a whole is not noise of every cell.
 * **Sized to a budget for the whole run.**  At most ``BUDGET`` (1 in 20) of the runs of unchanged
   code may fail: each of the N gated cells of a comparison gets ``BUDGET / N`` (Bonferroni), and
   its threshold is the fitted tail's quantile there.  N is counted per comparison, so a small run gets
   tighter thresholds than a full one.
 * **Resolution by simulation.**  The model keeps an even sample of the recorded log ratios (with
-  the base figure, for the floor); the smallest slowdown detected in 90% of them is found by
-  multiplying the head figure by a factor and applying the rule.
+  the base figure, for the floor, and the cell's width); the smallest slowdown detected in 90% of them
+  is found by multiplying the head figure by a factor and applying the rule.
 
 The learned model is ``relu2/noise_model.json``, written by ``relu2 noise learn`` (docs/methodology.md
 records the command); the gate loads it by default.
@@ -30,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from relu2.machine import UsageError
-from relu2.schema import OK, quantile
+from relu2.schema import OK, bytes_moved, quantile
 
 DEFAULT_MODEL_PATH = Path(__file__).with_name("noise_model.json")
 BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
@@ -82,12 +95,19 @@ def l2_of(machine: Mapping[str, Any]) -> int | None:
 
 @dataclass(frozen=True)
 class Rule:
-    """When a slower figure counts: ``ratio`` (head/base) AND ``floor_s`` (head - base) exceeded."""
+    """When a slower figure counts: ``ratio`` times the cell's spread (head/base) AND ``floor_s``
+    (head - base) exceeded.  ``width`` is the cell's recorded spread between processes, as a log
+    (0: none); the ratio a cell must pass is ``ratio * exp(width)`` (``needed``)."""
 
     gated: bool
     ratio: float
     floor_s: float
     why: str = ""
+    width: float = 0.0
+
+    def needed(self, width: float | None = None) -> float:
+        """The head/base ratio a cell of spread ``max(width, self.width)`` must exceed."""
+        return self.ratio * math.exp(max(self.width, width or 0.0))
 
 
 # --- the tail of |log ratio| ----------------------------------------------------------------------
@@ -106,12 +126,15 @@ class TailFit:
     knee: float
     excess: float
     mad: float = 0.0  # the median |log ratio|: the robust scale, for the record
+    largest: float = 0.0  # the largest |log ratio| recorded
 
     def threshold(self, p: float) -> float:
-        """The head/base ratio a cell of unchanged code exceeds (slower) with probability ``p``."""
+        """The head/base ratio a cell of unchanged code exceeds (slower) with probability ``p``.  Never
+        below the largest recorded: a quantile far beyond 1 in n that falls short of what n cases
+        already showed says the fitted tail is too light, not that the case was impossible."""
         both_ways = 2 * p  # the fit is of |log ratio|: a slowdown is one side of it
         tail = 1 - TAIL_FROM
-        x = self.knee + self.excess * math.log(tail / both_ways) if both_ways < tail else self.knee
+        x = max(self.knee + self.excess * math.log(tail / both_ways), self.largest) if both_ways < tail else self.knee
         return math.exp(x)
 
 
@@ -122,7 +145,7 @@ def fit_tail(log_ratios: Sequence[float]) -> TailFit:
         return TailFit(0.0, 0.0)
     knee = mags[min(int(TAIL_FROM * len(mags)), len(mags) - 1)]
     over = [m - knee for m in mags if m > knee]
-    return TailFit(knee, sum(over) / len(over) if over else 0.0, quantile(mags, 0.5) if mags else math.nan)
+    return TailFit(knee, sum(over) / len(over) if over else 0.0, quantile(mags, 0.5) if mags else math.nan, mags[-1])
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -130,10 +153,17 @@ def fit_tail(log_ratios: Sequence[float]) -> TailFit:
 
 @dataclass(frozen=True)
 class Observation:
-    """One cell of unchanged code seen in two runs: the log of the ratio of its medians, and the base figure."""
+    """One cell of unchanged code seen in two runs: the log of the ratio of its medians, the base
+    figure, and the cell's width (its recorded spread between processes, a log)."""
 
     log_ratio: float
     base_s: float
+    width: float = 0.0
+
+    @property
+    def residual(self) -> float:
+        """How far the two runs moved beyond the cell's own spread (what the band's tail is fitted to)."""
+        return max(0.0, abs(self.log_ratio) - self.width)
 
 
 @dataclass(frozen=True)
@@ -148,11 +178,14 @@ class BandFit:
     excess: float
     mad: float
     max_ratio: float  # the largest head/base (either way) seen
-    sample: tuple[tuple[float, float], ...] = ()  # (log ratio, base seconds), an even sample for simulation
+    # (log ratio, base seconds, width), an even sample for simulation
+    sample: tuple[tuple[float, ...], ...] = ()
+    typical_width: float = 0.0  # the median width of the band's cells: the width of a cell with none recorded
+    largest: float = 0.0  # the largest residual (log) the fit saw
 
     @property
     def fit(self) -> TailFit:
-        return TailFit(self.knee, self.excess, self.mad)
+        return TailFit(self.knee, self.excess, self.mad, self.largest)
 
 
 @dataclass(frozen=True)
@@ -166,9 +199,17 @@ class NoiseModel:
     fits: tuple[BandFit, ...] = ()
     sources: tuple[str, ...] = ()  # the results folders it was learned from, and what was left out
     command: str = ""
+    widths: Mapping[str, float] = field(default_factory=dict)  # width_key -> log(max/min) of its rounds
 
     def fit_for(self, mode: str, band: str) -> BandFit | None:
         return next((f for f in self.fits if f.mode == mode and f.band == band), None)
+
+    def width(self, key: str, mode: str, band: str) -> float:
+        """A cell's recorded spread between processes (a log); its band's median when none is recorded."""
+        if key in self.widths:
+            return self.widths[key]
+        f = self.fit_for(mode, band)
+        return f.typical_width if f else 0.0
 
     def per_cell(self, gated_cells: int) -> float:
         """Each cell's share of the run's budget (Bonferroni)."""
@@ -182,6 +223,7 @@ class NoiseModel:
     def as_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["fits"] = [{**asdict(f), "sample": [list(s) for s in f.sample]} for f in self.fits]
+        out["widths"] = dict(sorted(self.widths.items()))
         return out
 
     @classmethod
@@ -189,7 +231,7 @@ class NoiseModel:
         fits = tuple(BandFit(**{**f, "sample": tuple(tuple(s) for s in f.get("sample", ()))}) for f in data["fits"])
         return cls(gpu=data["gpu"], l2_bytes=int(data["l2_bytes"]), budget=float(data["budget"]),
                    floor_s=float(data["floor_s"]), fits=fits, sources=tuple(data.get("sources", ())),
-                   command=data.get("command", ""))
+                   command=data.get("command", ""), widths={str(k): float(v) for k, v in data.get("widths", {}).items()})
 
 
 class NoiseModelError(UsageError):
@@ -209,48 +251,56 @@ def save_model(model: NoiseModel, path: str | Path) -> None:
     atomic_write_text(path, json.dumps(model.as_json(), indent=1, sort_keys=True) + "\n")
 
 
-def even_sample(obs: Sequence[Observation], n: int = SIMULATION_SAMPLE) -> tuple[tuple[float, float], ...]:
+def even_sample(obs: Sequence[Observation], n: int = SIMULATION_SAMPLE) -> tuple[tuple[float, ...], ...]:
     """``n`` observations spread evenly over the sorted log ratios (the extremes always kept)."""
     ordered = sorted(obs, key=lambda o: o.log_ratio)
     if len(ordered) <= n:
         picked = ordered
     else:
         picked = [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
-    return tuple((round(o.log_ratio, 6), float(f"{o.base_s:.4g}")) for o in picked)
+    return tuple((round(o.log_ratio, 6), float(f"{o.base_s:.4g}"), round(o.width, 6)) for o in picked)
 
 
 def learn(observations: Mapping[tuple[str, str], Sequence[Observation]], pairs: Mapping[tuple[str, str], int], *,
           gpu: str, l2_bytes: int, budget: float = BUDGET, floor_s: float = DEFAULT_FLOOR_S,
-          sources: Iterable[str] = (), command: str = "") -> NoiseModel:
-    """Fit each (mode, band) from its observations, both directions of each pair."""
+          sources: Iterable[str] = (), command: str = "", widths: Mapping[str, float] | None = None,
+          band_widths: Mapping[tuple[str, str], Sequence[float]] | None = None) -> NoiseModel:
+    """Fit each (mode, band) from its observations (what they moved beyond their widths), both
+    directions of each pair; ``band_widths``: the widths of each band's cells, for its typical one."""
     fits = []
     for (mode, band), obs in sorted(observations.items(), key=lambda kv: (kv[0][0], BAND_NAMES.index(kv[0][1]))):
         if not obs:
             continue
-        t = fit_tail([o.log_ratio for o in obs])
+        t = fit_tail([o.residual for o in obs])
+        typical = quantile(band_widths[(mode, band)], 0.5) if band_widths and band_widths.get((mode, band)) else 0.0
         fits.append(BandFit(mode, band, len(obs), pairs.get((mode, band), 0), round(t.knee, 6), round(t.excess, 6),
-                            round(t.mad, 6), round(math.exp(max(abs(o.log_ratio) for o in obs)), 4), even_sample(obs)))
-    return NoiseModel(gpu, l2_bytes, budget, floor_s, tuple(fits), tuple(sources), command)
+                            round(t.mad, 6), round(math.exp(max(abs(o.log_ratio) for o in obs)), 4), even_sample(obs),
+                            round(typical, 6), round(t.largest, 6)))
+    return NoiseModel(gpu, l2_bytes, budget, floor_s, tuple(fits), tuple(sources), command,
+                      {k: round(v, 6) for k, v in (widths or {}).items()})
 
 
-def detects(log_ratio: float, base_s: float, slowdown: float, rule: Rule) -> bool:
-    """Whether a recorded no-change cell, its head made ``slowdown`` times slower, is flagged by ``rule``."""
+def detects(case: Sequence[float], slowdown: float, rule: Rule) -> bool:
+    """Whether a recorded no-change cell ``(log ratio, base seconds[, width])``, its head made
+    ``slowdown`` times slower, is flagged by ``rule`` (at the cell's recorded width)."""
+    log_ratio, base_s = case[0], case[1]
+    width = case[2] if len(case) > 2 else 0.0
     ratio = math.exp(log_ratio) * slowdown
-    return ratio > rule.ratio and base_s * (ratio - 1) > rule.floor_s
+    return ratio > rule.needed(width) and base_s * (ratio - 1) > rule.floor_s
 
 
 SLOWDOWNS: tuple[float, ...] = tuple(round(1 + i / 200, 3) for i in range(1, 201))  # 1.005 .. 2.0
 
 
-def resolution(sample: Sequence[tuple[float, float]], rule: Rule, detection: float = DETECTION) -> float:
+def resolution(sample: Sequence[Sequence[float]], rule: Rule, detection: float = DETECTION) -> float:
     """The smallest slowdown (of SLOWDOWNS) flagged in at least ``detection`` of the recorded cases; NaN if none.
 
-    Each recorded case is used both ways round (a pair of runs has no direction)."""
-    cases = [(r, b) for r, b in sample] + [(-r, b * math.exp(r)) for r, b in sample]
+    Each recorded case is used both ways round (a pair of runs has no direction), at its own width."""
+    cases = [tuple(c) for c in sample] + [(-c[0], c[1] * math.exp(c[0]), *c[2:]) for c in sample]
     if not cases:
         return math.nan
     for f in SLOWDOWNS:
-        if sum(detects(r, b, f, rule) for r, b in cases) >= detection * len(cases):
+        if sum(detects(c, f, rule) for c in cases) >= detection * len(cases):
             return f
     return math.nan
 
@@ -313,23 +363,71 @@ def no_change_pairs(runs: Sequence[Run]) -> list[tuple[Run, Run]]:
             if a.folder == b.folder and a.gpu == b.gpu and a.gpu.lower() not in ("", "none")]
 
 
-def observe(a: Run, b: Run, l2_bytes: int) -> dict[tuple[str, str], list[Observation]]:
-    """Per (gated mode, band): the cells of unchanged code ok in both runs, as observations."""
-    from relu2.verdict import GATED_MODES, entries, fingerprints, kernel_unchanged
+def width_key(cell, kernel: str | None) -> str:
+    """What a width is recorded under: the measurement (mode, implementation, dtype, shape, other
+    parameters; any suite) and the kernel that ran (its fingerprint; "" for eager and copy)."""
+    extras = ",".join(f"{k}={v}" for k, v in cell.extras)
+    return "|".join((cell.measure, cell.impl, cell.dtype, cell.shape, extras, kernel or ""))
 
+
+def round_width(samples: Sequence[float] | None) -> float:
+    """log(max/min) of per-round figures (0 for fewer than two)."""
+    clean = [s for s in samples or () if s is not None and s > 0 and not math.isnan(s)]
+    return math.log(max(clean) / min(clean)) if len(clean) >= 2 else 0.0
+
+
+def widths_of(runs: Sequence[Run]) -> dict[str, float]:
+    """Per cell and kernel, the widest spread of its rounds in any of ``runs`` (today's methods only)."""
+    from relu2.schema import mode as mode_named
+    from relu2.verdict import GATED_MODES, entries, fingerprints, kernel_of, samples_are_rounds
+
+    out: dict[str, float] = {}
+    for run in runs:
+        table = entries(run.records)
+        kernels = fingerprints(table)
+        for e in table.values():
+            cell, record = e.cell, e.record
+            if (cell.measure not in GATED_MODES or record.status != OK or not samples_are_rounds(record)
+                    or record.version != mode_named(cell.measure).asv_version):
+                continue
+            key = width_key(cell, kernel_of(cell, kernels))
+            out[key] = max(out.get(key, 0.0), round_width(record.samples))
+    return out
+
+
+def observe(a: Run, b: Run, l2_bytes: int,
+            widths: Mapping[str, float] | None = None) -> dict[tuple[str, str], list[Observation]]:
+    """Per (gated mode, band): the cells of unchanged code ok in both runs, as observations.  Only
+    figures of the methods the mode learns its noise from count (``relu2.schema.Mode.noise_versions``),
+    both runs of one method."""
+    from relu2.schema import mode as mode_named
+    from relu2.verdict import GATED_MODES, entries, fingerprints, kernel_of, kernel_unchanged, reference_offsets, \
+        samples_are_rounds
+
+    widths = widths or {}
     ta, tb = entries(a.records), entries(b.records)
     ka, kb = fingerprints(ta), fingerprints(tb)
-    out: dict[tuple[str, str], list[Observation]] = {}
+    kept = []
     for key, ea in ta.items():
         eb = tb.get(key)
         cell = ea.cell
         if (eb is None or cell.measure not in GATED_MODES or ea.record.status != OK or eb.record.status != OK
-                or ea.record.version != eb.record.version or not kernel_unchanged(cell, ka, kb)
-                or not ea.record.value or not eb.record.value):
+                or ea.record.version != eb.record.version
+                or ea.record.version not in mode_named(cell.measure).noise_versions
+                or not kernel_unchanged(cell, ka, kb) or not ea.record.value or not eb.record.value):
             continue
-        band = band_of(cell.bytes, l2_bytes).name
-        out.setdefault((cell.measure, band), []).append(
-            Observation(math.log(eb.record.value / ea.record.value), float(ea.record.value)))
+        kept.append((ea, math.log(eb.record.value / ea.record.value)))
+    # As the gate judges them: after the move of the pair's references in the cell's mode and band.
+    band_named = lambda cell: band_of(cell.bytes, l2_bytes).name  # noqa: E731
+    offsets = reference_offsets(((e.cell, lr) for e, lr in kept), band_named)
+    out: dict[tuple[str, str], list[Observation]] = {}
+    for ea, log_ratio in kept:
+        cell = ea.cell
+        band = band_named(cell)
+        own = round_width(ea.record.samples) if samples_are_rounds(ea.record) else 0.0
+        width = max(widths.get(width_key(cell, kernel_of(cell, ka)), 0.0), own)
+        moved = log_ratio - offsets.get((cell.measure, band), 0.0)
+        out.setdefault((cell.measure, band), []).append(Observation(moved, float(ea.record.value), width))
     return out
 
 
@@ -343,11 +441,21 @@ def learn_from(runs: Sequence[Run], *, budget: float = BUDGET, floor_s: float = 
     l2 = next((r.l2_bytes for r in runs if r.gpu == gpu and r.l2_bytes), None)
     if l2 is None:
         raise NoiseModelError(f"no L2 size known for {gpu!r}: record l2_bytes in machine.json")
+    mine = [r for r in runs if r.gpu == gpu]
+    widths = widths_of(mine)
     obs: dict[tuple[str, str], list[Observation]] = {}
     pair_count: dict[tuple[str, str], int] = {}
-    for a, b in no_change_pairs([r for r in runs if r.gpu == gpu]):
-        for key, seen in observe(a, b, l2).items():
+    for a, b in no_change_pairs(mine):
+        for key, seen in observe(a, b, l2, widths).items():
             obs.setdefault(key, []).extend(seen)
             pair_count[key] = pair_count.get(key, 0) + 1
+    band_widths: dict[tuple[str, str], list[float]] = {}
+    for key, w in widths.items():
+        measure, _, dtype, shape = key.split("|")[:4]
+        try:
+            numel = math.prod(int(n) for n in shape.split("x")) if shape else 0
+            band_widths.setdefault((measure, band_of(bytes_moved(numel, dtype), l2).name), []).append(w)
+        except ValueError:
+            continue
     return learn(obs, pair_count, gpu=gpu, l2_bytes=l2, budget=budget, floor_s=floor_s, sources=sources,
-                 command=command)
+                 command=command, widths=widths, band_widths=band_widths)

@@ -46,6 +46,10 @@ class Mode:
     # The first method whose samples are per-round medians (one independent worker process each)
     # rather than replays in one process (None: none is), so the gate tests the spread between rounds.
     rounds_from_method: int | None = None
+    # The first method whose between-run noise the gate's model learns from (relu2.noise): an earlier
+    # method joins when it differs from today's only in how many processes and samples make a figure,
+    # not in what is timed.  None: this method only.
+    noise_from_method: int | None = None
 
     @property
     def asv_version(self) -> str:
@@ -70,6 +74,12 @@ class Mode:
             return int(asv_version[len(prefix):])
         return None
 
+    @property
+    def noise_versions(self) -> tuple[str, ...]:
+        """The asv versions whose figures the noise model may learn this mode's noise from."""
+        first = self.method if self.noise_from_method is None else self.noise_from_method
+        return tuple(self.version_of(m) for m in range(first, self.method + 1))
+
     def samples_are_rounds(self, asv_version: str | None) -> bool:
         """True when figures recorded under ``asv_version`` carry one sample per independent round."""
         method = self.method_of(asv_version)
@@ -78,15 +88,17 @@ class Mode:
 
 # Methods (docs/tracking.md lists them): hot 2, cold 3 and launch 2 are the first measured in rounds,
 # each figure the median of ``relu2.rounds.DEFAULT_ROUNDS`` independent worker processes' medians.
+# The noise model also learns from the single-process figures before them (the A/A runs of earlier
+# boxes), except cold's method 1, whose L2 flush split the largest figures in two.
 MODES: tuple[Mode, ...] = (
     Mode("hot", "hot (kernel time, L2 warm)", "-",
          "CUDA-graph replay of back-to-back calls on one input: the kernel's own time, data warm in L2",
          first_asv_version="deca6e1fca4ee5060d32c98cbd9049144d6e7511a586083fda885c42990970eb",
-         method=2, rounds_from_method=2),
+         method=2, rounds_from_method=2, noise_from_method=1),
     Mode("cold", "cold (kernel time, L2 cold)", "--",
          "the same with the L2 flushed and every call on its own input: what a model sees after a GEMM",
          first_asv_version="ad1ee5675c5da51859e7df98b59112d700f16843039c013c3b83aefce1522fad",
-         method=3, rounds_from_method=3),
+         method=3, rounds_from_method=3, noise_from_method=2),
     Mode("launch", "launch (eager calls, wall clock)", ":",
          "wall clock of back-to-back eager calls then one synchronize: what eager mode pays per call",
          first_asv_version="4b93e7c8c61f45612e066afd68d4a83db7e001697987be919440431568060aa2", kernel_time=False,

@@ -16,10 +16,17 @@ What it decides, and where each rule lives:
   benchmark with no parameters, ``Implementations.track_<impl>``: the geometric mean of an
   implementation's hot figures from 2^20 elements) is gated like the hot mode of the largest band:
   a mean is no noisier than its cells, so the largest band's rule is safe for it.
-* **What counts as slower.**  ``is_slower``: head/base beyond the noise model's ratio AND floor;
+* **What counts as slower.**  ``is_slower``: head/base beyond the noise model's ratio times the
+  cell's spread between processes (its recorded width, or its base rounds' if wider) AND the floor;
   when both sides carry per-round samples (``Mode.samples_are_rounds``), every head round must
   also be slower than every base round.  Samples replayed in one process are not tested: they
   agree within 1.5% while two boxes differ by 6%, so only the between-run spread means anything.
+* **Judged against the references of the same runs.**  A box can be faster or slower as a whole (a
+  clock, a memory part): on the H200 one freshly started box ran 1-2% faster than two others on every
+  implementation.  eager and copy are torch's own kernels, the same at every commit of the kernel
+  under test, so per mode and band the median head/base of their cells is how the box moved
+  (``reference_offsets``), and every cell's ratio is judged after taking that out.  Too few
+  references in a band (a run narrowed to other implementations) leave it as measured.
 * **Confirmation** (``Remeasurement``): the data contract of a re-measurement of flagged cells.
 """
 
@@ -45,6 +52,8 @@ SUMMARY = "summary"
 PEAK_MEMORY_RATIO = 1.01  # deterministic for identical code: any growth past rounding is real
 MIN_ROUNDS = 3  # fewer rounds than this say nothing about the spread between them
 NO_FINGERPRINT = (BASELINE, ROOFLINE)  # never generated or built: the same kernel at every commit
+REFERENCES = NO_FINGERPRINT  # what says how the box moved: torch's own kernels, unchanged by any commit
+MIN_REFERENCES = 5  # reference cells a mode and band needs before its offset is taken out
 
 
 class VerdictInputError(ResultsError):
@@ -181,11 +190,39 @@ class Figure:
         clean = tuple(s for s in record.samples or () if s is not None and not math.isnan(s))
         return cls(float(record.value), clean, samples_are_rounds(record))
 
+    @property
+    def width(self) -> float:
+        """log(max/min) of its rounds: the spread between processes this figure shows (0 without rounds)."""
+        from relu2.noise import round_width
+
+        return round_width(self.samples) if self.rounds else 0.0
+
+
+    def scaled(self, factor: float) -> "Figure":
+        return Figure(self.value * factor, tuple(s * factor for s in self.samples), self.rounds)
+
+
+def reference_offsets(moves: Iterable[tuple[Cell, float]], band_of: Callable[[Cell], str]) -> dict[tuple[str, str], float]:
+    """Per (mode, band): the median log(head/base) of the reference cells among ``moves`` ((cell, log
+    ratio) of cells ok at both sides), where there are at least MIN_REFERENCES of them."""
+    logs: dict[tuple[str, str], list[float]] = {}
+    for cell, log_ratio in moves:
+        if cell.impl in REFERENCES and cell.measure in TIMING_MODES:
+            logs.setdefault((cell.measure, band_of(cell)), []).append(log_ratio)
+    return {key: quantile(v, 0.5) for key, v in logs.items() if len(v) >= MIN_REFERENCES}
+
+
+def offset_of(cell: Cell, offsets: Mapping[tuple[str, str], float], band_of: Callable[[Cell], str]) -> float:
+    """The log offset a cell is judged after (a summary: its mode's in its band)."""
+    mode = cell.timing_mode
+    return offsets.get((mode, band_of(cell)), 0.0) if mode else 0.0
+
 
 def is_slower(base: Figure, head: Figure, rule: Rule) -> bool:
-    """head beyond ``rule`` (ratio and floor) over base; with rounds on both sides, every head round
-    slower than every base round too (the spread between independent processes is what is tested)."""
-    if not (head.value > base.value * rule.ratio and head.value - base.value > rule.floor_s):
+    """head beyond ``rule`` (ratio times the cell's width, or the base rounds' width if wider, and the
+    floor) over base; with rounds on both sides, every head round slower than every base round too
+    (the spread between independent processes is what is tested)."""
+    if not (head.value > base.value * rule.needed(base.width) and head.value - base.value > rule.floor_s):
         return False
     if base.rounds and head.rounds and min(len(base.samples), len(head.samples)) >= MIN_ROUNDS:
         return min(head.samples) > max(base.samples)
@@ -223,6 +260,10 @@ class Change:
                 "kernel": self.kernel, "also": list(self.also)}
 
 
+def _positive(x: float | None) -> bool:
+    return x is not None and not math.isnan(x) and x > 0
+
+
 def _is_number(x: float | None) -> bool:
     return x is not None and not math.isnan(x)
 
@@ -248,6 +289,7 @@ class Findings:
     # the box's autotuning chose, not the commit (reported, never failing; relu2.schema.only_repicked).
     repicked: list[Change] = field(default_factory=list)
     base_cells: int = 0  # measured cells at base (figures, not fingerprints)
+    offsets: dict[tuple[str, str], float] = field(default_factory=dict)  # (mode, band) -> the references' log move
 
 
 @dataclass(frozen=True)
@@ -297,11 +339,12 @@ def _short(version: str | None) -> str:
     return version if len(version) <= 20 else version[:12]  # asv's hashes are long; "cold-method-2" is not
 
 
-def compare(base: Iterable[Record], head: Iterable[Record], rule_for: Callable[[Cell, int], Rule],
-            allow_missing: Sequence[str] = ()) -> Findings:
+def compare(base: Iterable[Record], head: Iterable[Record], rule_for: Callable[[Cell, int, str | None], Rule],
+            allow_missing: Sequence[str] = (), band_of: Callable[[Cell], str] = lambda cell: "") -> Findings:
     """Sort two commits' cells into regressions, new failures, vanished, failed at base, not gated,
-    improvements.  ``rule_for(cell, gated)`` is the noise rule of a cell in a comparison of ``gated``
-    gated cells (the budget is for the whole run)."""
+    improvements.  ``rule_for(cell, gated, kernel)`` is the noise rule of a cell (its kernel at
+    base: None when it has no fingerprint) in a comparison of ``gated`` gated cells (the budget is
+    for the whole run); each cell is judged after its mode's and band's (``band_of``) reference offset."""
     b_table, h_table = entries(base), entries(head)
     b_kernels, h_kernels = fingerprints(b_table), fingerprints(h_table)
     out = Findings()
@@ -330,20 +373,25 @@ def compare(base: Iterable[Record], head: Iterable[Record], rule_for: Callable[[
         comparable.append((pair, change))
     out.compared = len(comparable)
     out.gated = sum(1 for p, _ in comparable if p.base.cell.timing_mode in GATED_MODES)
+    out.offsets = reference_offsets(((p.base.cell, math.log(p.head.record.value / p.base.record.value))
+                                     for p, _ in comparable if _positive(p.base.record.value)
+                                     and _positive(p.head.record.value)), band_of)
     for pair, change in comparable:
         b, h, cell = pair.base.record, pair.head.record, pair.base.cell
         if cell.timing_mode is None:
             if b.unit == "bytes" and h.value > b.value * PEAK_MEMORY_RATIO:
                 out.regressions.append(replace(change, threshold=PEAK_MEMORY_RATIO))
             continue
-        rule = rule_for(cell, out.gated)
-        fb, fh = Figure.of(b), Figure.of(h)
+        kb, kh = kernel_of(cell, b_kernels), kernel_of(cell, h_kernels)
+        rule = rule_for(cell, out.gated, kb)
+        moved = math.exp(offset_of(cell, out.offsets, band_of))  # how the box moved: taken out of head
+        fb, fh = Figure.of(b), Figure.of(h).scaled(1 / moved)
         slower, faster = is_slower(fb, fh, rule), is_slower(fh, fb, rule)
         if not (slower or faster):
             continue
-        kb, kh = kernel_of(cell, b_kernels), kernel_of(cell, h_kernels)
         kernel = "" if kb is None or kh is None else "same" if kb == kh else f"{kb} -> {kh}"
-        found = replace(change, threshold=rule.ratio, kernel=kernel)
+        # the threshold in the ratio as shown (raw head/base): the rule's, moved with the box
+        found = replace(change, threshold=rule.needed(fb.width) * moved, kernel=kernel)
         if kb is not None and kh is not None and only_repicked(kb, kh):
             out.repicked.append(found)
             continue

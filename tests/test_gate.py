@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
+from relu2 import noise  # noqa: E402
 from relu2.asv_results import ResultsError, load_records  # noqa: E402
 from relu2.gate import GateInputError, GateReport, format_value, gate  # noqa: E402
 
@@ -317,11 +319,14 @@ def test_markdown_and_json_reports(results):
     assert set(data) == {"verdict", "exit_code", "base", "head", "compared", "regressions", "new_failures",
                          "vanished", "allowed_to_vanish", "not_gated", "improvements", "resolution", "spread", "cpu",
                          "overrides", "flagged", "unconfirmed", "confirmation", "failed_at_base", "noise_model",
-                         "repicked"}
+                         "repicked", "reference_moves"}
     (regression,) = data["regressions"]
     assert regression["params"] == {"impl": "fused", "dtype": "bfloat16", "numel": "16777216"}
-    assert regression["ratio"] == pytest.approx(1.5, rel=0.02) and regression["threshold"] == next(
-        r["ratio"] for r in data["resolution"] if (r["mode"], r["band"]) == ("hot", "1-4x L2"))
+    band_ratio = next(r["ratio"] for r in data["resolution"] if (r["mode"], r["band"]) == ("hot", "1-4x L2"))
+    typical = math.exp(noise.load_model().fit_for("hot", "1-4x L2").typical_width)  # no width recorded for it
+    moved = data["reference_moves"].get("hot 1-4x L2", 1.0)
+    assert regression["ratio"] == pytest.approx(1.5, rel=0.02)
+    assert regression["threshold"] == pytest.approx(band_ratio * typical * moved)
     assert {r["mode"] for r in data["resolution"]} == {"hot", "cold", "launch"}
 
 
