@@ -9,8 +9,10 @@
   the baseline and the roofline have none and never change) and whose figures are of a method the
   mode learns from (``relu2.schema.Mode.noise_versions``: today's, and earlier ones that differ only
   in how many processes and samples make a figure), the log of the ratio of the two medians.  Each
-  pair is its own box-to-box draw, so A/A runs of earlier boxes keep teaching the tail.  Per mode and band it fits |log ratio| with an exponential tail beyond its 90th percentile
-  (``TailFit``): the tail of a handful of A/A runs is heavier than a normal's.
+  pair is its own box-to-box draw, so A/A runs of earlier boxes keep teaching the tail.  Per mode and
+  band it fits what the pairs moved (beyond each cell's width and the references' move, below) with
+  an exponential tail beyond its 90th percentile (``TailFit``), never below the largest it saw: the
+  tail of a handful of A/A runs is heavier than a normal's.
 * **Each cell's own spread, learned from its rounds.**  A figure is the median of rounds, each a fresh
   process, and some cells are bimodal between processes (on the H200, kernels moving more than a
   gigabyte ran about 334 or 371 µs, a process's allocation deciding which): their median can jump
@@ -134,8 +136,9 @@ class TailFit:
         already showed says the fitted tail is too light, not that the case was impossible."""
         both_ways = 2 * p  # the fit is of |log ratio|: a slowdown is one side of it
         tail = 1 - TAIL_FROM
-        x = max(self.knee + self.excess * math.log(tail / both_ways), self.largest) if both_ways < tail else self.knee
-        return math.exp(x)
+        if both_ways >= tail:
+            return math.exp(self.knee)
+        return math.exp(max(self.knee + self.excess * math.log(tail / both_ways), self.largest))
 
 
 def fit_tail(log_ratios: Sequence[float]) -> TailFit:
@@ -231,7 +234,8 @@ class NoiseModel:
         fits = tuple(BandFit(**{**f, "sample": tuple(tuple(s) for s in f.get("sample", ()))}) for f in data["fits"])
         return cls(gpu=data["gpu"], l2_bytes=int(data["l2_bytes"]), budget=float(data["budget"]),
                    floor_s=float(data["floor_s"]), fits=fits, sources=tuple(data.get("sources", ())),
-                   command=data.get("command", ""), widths={str(k): float(v) for k, v in data.get("widths", {}).items()})
+                   command=data.get("command", ""),
+                   widths={str(k): float(v) for k, v in data.get("widths", {}).items()})
 
 
 class NoiseModelError(UsageError):

@@ -202,7 +202,8 @@ class Figure:
         return Figure(self.value * factor, tuple(s * factor for s in self.samples), self.rounds)
 
 
-def reference_offsets(moves: Iterable[tuple[Cell, float]], band_of: Callable[[Cell], str]) -> dict[tuple[str, str], float]:
+def reference_offsets(moves: Iterable[tuple[Cell, float]],
+                      band_of: Callable[[Cell], str]) -> dict[tuple[str, str], float]:
     """Per (mode, band): the median log(head/base) of the reference cells among ``moves`` ((cell, log
     ratio) of cells ok at both sides), where there are at least MIN_REFERENCES of them."""
     logs: dict[tuple[str, str], list[float]] = {}
