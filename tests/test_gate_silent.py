@@ -354,3 +354,29 @@ def test_a_box_slower_as_a_whole_is_judged_against_its_own_references():
     only_fused = compare(base, _grid_records("b" * 40, {"fused": 1.04}), rule, band_of=one_band)
     assert {c.params[0][1] for c in only_fused.regressions} == {"fused"} and len(only_fused.regressions) == 6
     assert only_fused.regressions[0].threshold == pytest.approx(1.02)
+
+
+def test_earlier_methods_teach_the_noise_only_where_they_timed_the_same_thing():
+    """Single-process figures before rounds (hot method 1, cold method 2) are A/A draws of how boxes
+    differ, and join the learning; cold's method 1, whose L2 flush split the largest figures in two,
+    does not."""
+    from relu2.asv_results import Record
+    from relu2.schema import mode
+
+    def run(machine: str, versions: dict[str, str], scale: float):
+        records = tuple(Record(machine, "e" * 40, 0, "env", 0, f"bench_relu2.Grid.track_{m}",
+                               (("impl", "eager"), ("dtype", "bfloat16"), ("numel", str(4**14))), "seconds",
+                               2.5e-4 * scale, None, [2.5e-4 * scale], None, version)
+                        for m, version in versions.items())
+        return noise.Run("old", machine, "e" * 40, "NVIDIA H200", 60 * 2**20, records)
+
+    hot, cold = mode("hot"), mode("cold")
+    versions = {"hot": hot.version_of(1), "cold": cold.version_of(1)}
+    seen = noise.observe(run("a", versions, 1.0), run("b", versions, 1.01), 60 * 2**20)
+    assert set(seen) == {("hot", "> 4x L2")}
+    later = noise.observe(run("a", {"cold": cold.version_of(2)}, 1.0), run("b", {"cold": cold.version_of(2)}, 1.01),
+                          60 * 2**20)
+    assert set(later) == {("cold", "> 4x L2")}
+    mixed = noise.observe(run("a", {"hot": hot.version_of(1)}, 1.0), run("b", {"hot": hot.version_of(2)}, 1.01),
+                          60 * 2**20)
+    assert not mixed  # two rulers in one pair: not a draw of anything
