@@ -271,9 +271,7 @@ def floor_text(path: str | os.PathLike | None = None) -> str:
 def noise_check(results_dirs: Sequence[str], held_out: str) -> list[dict]:
     """Leave-one-box-out: learn without ``held_out``'s runs, then gate every no-change pair that
     includes it (both directions) and count false flags (flags on cells whose kernel did not change)."""
-    from relu2.verdict import entries, fingerprints, kernel_unchanged
-
-    from relu2.verdict import VerdictInputError, check_versions
+    from relu2.verdict import kernel_unchanged
 
     every = [r for d in results_dirs for r in noise.runs_in(d)]
     model = noise.learn_from([r for r in every if r.machine != held_out])
@@ -285,9 +283,8 @@ def noise_check(results_dirs: Sequence[str], held_out: str) -> list[dict]:
         except VerdictInputError:  # two methods: the gate refuses the pair, so no verdict to check
             continue
         for base, head in ((a, b), (b, a)):
-            rule_for = make_rule_for(model, base.l2_bytes or model.l2_bytes, factor=None, floor_s=None,
-                                     gate_launch=None, cpu=False)
             l2 = base.l2_bytes or model.l2_bytes
+            rule_for = make_rule_for(model, l2, factor=None, floor_s=None, gate_launch=None, cpu=False)
             found = compare(base.records, head.records, rule_for, band_of=lambda cell, l2=l2: band_name(cell, l2))
             kb, kh = fingerprints(entries(base.records)), fingerprints(entries(head.records))
             table = {(c.benchmark, c.params): c for c in found.regressions}

@@ -197,8 +197,8 @@ class Figure:
 
         return round_width(self.samples) if self.rounds else 0.0
 
-
     def scaled(self, factor: float) -> "Figure":
+        """The same figure times ``factor`` (its samples too): a head with the box's move taken out."""
         return Figure(self.value * factor, tuple(s * factor for s in self.samples), self.rounds)
 
 
