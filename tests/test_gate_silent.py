@@ -290,6 +290,8 @@ def test_the_shipped_model_is_what_its_command_makes(tmp_path):
     assert [(f.mode, f.band, f.cells, f.knee, f.excess, f.largest) for f in again.fits] == \
         [(f.mode, f.band, f.cells, f.knee, f.excess, f.largest) for f in shipped.fits]
     assert again.widths == shipped.widths and len(shipped.widths) > 1000  # every rounds-era cell's spread
+    # the simulation's sample too: the resolution the gate prints is computed from it
+    assert [f.sample for f in again.fits] == [f.sample for f in shipped.fits]
 
 
 def test_thresholds_tighten_with_fewer_gated_cells():
