@@ -26,7 +26,7 @@ from relu2 import noise
 from relu2.asv_results import ResultsError, commit_dates, iso_date, load_records, machine_info, machines, \
     resolve_commit
 from relu2.gate_report import CPU_WHY, LAUNCH_WHY, GateReport, format_spread, format_value  # noqa: F401 (API)
-from relu2.noise import LARGEST_BAND, NoiseModel, Resolution, Rule
+from relu2.noise import NoiseModel, Resolution, Rule
 from relu2.machine import is_cpu_machine
 from relu2.schema import OK
 from relu2.verdict import GATED_MODES, SUMMARY, TIMING_MODES, Cell, Change, VerdictInputError, check_versions, \
@@ -76,11 +76,6 @@ def model_for(gpu: str, path: str | os.PathLike | None = None) -> tuple[NoiseMod
     return model, note
 
 
-def band_name(cell: Cell, l2_bytes: int) -> str:
-    """A summary figure is judged in the largest band; any other cell by its bytes."""
-    return LARGEST_BAND.name if cell.measure == SUMMARY else noise.band_of(cell.bytes, l2_bytes).name
-
-
 def make_rule_for(model: NoiseModel, l2_bytes: int, *, factor: float | None, floor_s: float | None,
                   gate_launch: float | None, cpu: bool):
     """The rule of a cell in a comparison of ``gated`` gated cells, with the command line's overrides."""
@@ -91,7 +86,7 @@ def make_rule_for(model: NoiseModel, l2_bytes: int, *, factor: float | None, flo
         if cpu and factor is None:
             return Rule(False, 1.10, floor, CPU_WHY)
         if mode in GATED_MODES:
-            band = band_name(cell, l2_bytes)
+            band = noise.band_of_cell(cell, l2_bytes)
             learned = model.threshold(mode, band, gated)
             if factor is not None:
                 return Rule(True, factor, floor)
@@ -113,7 +108,7 @@ def resolution(base_cells: Sequence[Cell], base_values: Sequence[float], rule_fo
     for cell, value in zip(base_cells, base_values):
         if cell.timing_mode is None or cell.measure == SUMMARY:
             continue
-        key = (cell.measure, band_name(cell, l2_bytes))
+        key = (cell.measure, noise.band_of_cell(cell, l2_bytes))
         fastest[key] = min(fastest.get(key, math.inf), value)
         count[key] = count.get(key, 0) + 1
     out = []
@@ -189,7 +184,7 @@ def gate(
         except VerdictInputError as e:
             raise GateInputError(str(e)) from None
     rule_for = make_rule_for(model, l2, factor=factor, floor_s=floor_s, gate_launch=gate_launch, cpu=cpu)
-    found = compare(base_records, head_records, rule_for, allow_missing, band_of=lambda cell: band_name(cell, l2))
+    found = compare(base_records, head_records, rule_for, allow_missing, band_of=lambda cell: noise.band_of_cell(cell, l2))
     if (found.base_cells and len(found.failed_at_base) > FAILED_BASE_LIMIT * found.base_cells
             and not allow_failed_base):
         raise GateInputError(f"base {base_full[:8]} on {bm}: {len(found.failed_at_base)} of its {found.base_cells} "
@@ -285,7 +280,7 @@ def noise_check(results_dirs: Sequence[str], held_out: str) -> list[dict]:
         for base, head in ((a, b), (b, a)):
             l2 = base.l2_bytes or model.l2_bytes
             rule_for = make_rule_for(model, l2, factor=None, floor_s=None, gate_launch=None, cpu=False)
-            found = compare(base.records, head.records, rule_for, band_of=lambda cell, l2=l2: band_name(cell, l2))
+            found = compare(base.records, head.records, rule_for, band_of=lambda cell, l2=l2: noise.band_of_cell(cell, l2))
             kb, kh = fingerprints(entries(base.records)), fingerprints(entries(head.records))
             table = {(c.benchmark, c.params): c for c in found.regressions}
             false = [c for c in table.values()

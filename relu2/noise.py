@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from relu2.machine import UsageError
-from relu2.schema import OK, bytes_moved, quantile
+from relu2.schema import OK, quantile
 
 DEFAULT_MODEL_PATH = Path(__file__).with_name("noise_model.json")
 BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
@@ -81,6 +81,14 @@ LARGEST_BAND = BANDS[-1]
 def band_of(bytes_moved: float, l2_bytes: int) -> Band:
     x = bytes_moved / l2_bytes
     return next(b for b in BANDS if b.lo <= x < b.hi)
+
+
+def band_of_cell(cell, l2_bytes: int) -> str:
+    """The band a decoded cell (``relu2.verdict.Cell``) is judged in: a summary figure in the largest
+    (a mean is no noisier than its cells), any other cell by its bytes."""
+    from relu2.verdict import SUMMARY
+
+    return LARGEST_BAND.name if cell.measure == SUMMARY else band_of(cell.bytes, l2_bytes).name
 
 
 def l2_of(machine: Mapping[str, Any]) -> int | None:
@@ -380,23 +388,30 @@ def round_width(samples: Sequence[float] | None) -> float:
     return math.log(max(clean) / min(clean)) if len(clean) >= 2 else 0.0
 
 
-def widths_of(runs: Sequence[Run]) -> dict[str, float]:
-    """Per cell and kernel, the widest spread of its rounds in any of ``runs`` (today's methods only)."""
+def widths_of(runs: Sequence[Run], l2_bytes: int) -> tuple[dict[str, float], dict[tuple[str, str], list[float]]]:
+    """Per cell and kernel, the widest spread of its rounds in any of ``runs`` (today's methods only);
+    and, per (mode, band), the widths of its cells (for the band's typical width)."""
     from relu2.schema import mode as mode_named
-    from relu2.verdict import GATED_MODES, entries, fingerprints, kernel_of, samples_are_rounds
+    from relu2.verdict import GATED_MODES, Figure, entries, fingerprints, kernel_of
 
     out: dict[str, float] = {}
+    bands: dict[str, tuple[str, str]] = {}
     for run in runs:
         table = entries(run.records)
         kernels = fingerprints(table)
         for e in table.values():
             cell, record = e.cell, e.record
-            if (cell.measure not in GATED_MODES or record.status != OK or not samples_are_rounds(record)
+            figure = Figure.of(record) if record.status == OK else None
+            if (cell.measure not in GATED_MODES or figure is None or not figure.rounds
                     or record.version != mode_named(cell.measure).asv_version):
                 continue
             key = width_key(cell, kernel_of(cell, kernels))
-            out[key] = max(out.get(key, 0.0), round_width(record.samples))
-    return out
+            out[key] = max(out.get(key, 0.0), figure.width)
+            bands[key] = (cell.measure, band_of_cell(cell, l2_bytes))
+    by_band: dict[tuple[str, str], list[float]] = {}
+    for key, w in out.items():
+        by_band.setdefault(bands[key], []).append(w)
+    return out, by_band
 
 
 def observe(a: Run, b: Run, l2_bytes: int,
@@ -405,8 +420,8 @@ def observe(a: Run, b: Run, l2_bytes: int,
     figures of the methods the mode learns its noise from count (``relu2.schema.Mode.noise_versions``),
     both runs of one method."""
     from relu2.schema import mode as mode_named
-    from relu2.verdict import GATED_MODES, entries, fingerprints, kernel_of, kernel_unchanged, reference_offsets, \
-        samples_are_rounds
+    from relu2.verdict import GATED_MODES, Figure, entries, fingerprints, kernel_of, kernel_unchanged, \
+        reference_offsets
 
     widths = widths or {}
     ta, tb = entries(a.records), entries(b.records)
@@ -422,16 +437,17 @@ def observe(a: Run, b: Run, l2_bytes: int,
             continue
         kept.append((ea, math.log(eb.record.value / ea.record.value)))
     # As the gate judges them: after the move of the pair's references in the cell's mode and band.
-    band_named = lambda cell: band_of(cell.bytes, l2_bytes).name  # noqa: E731
-    offsets = reference_offsets(((e.cell, lr) for e, lr in kept), band_named)
+    def band(cell) -> str:
+        return band_of_cell(cell, l2_bytes)
+
+    offsets = reference_offsets(((e.cell, lr) for e, lr in kept), band)
     out: dict[tuple[str, str], list[Observation]] = {}
     for ea, log_ratio in kept:
         cell = ea.cell
-        band = band_named(cell)
-        own = round_width(ea.record.samples) if samples_are_rounds(ea.record) else 0.0
-        width = max(widths.get(width_key(cell, kernel_of(cell, ka)), 0.0), own)
-        moved = log_ratio - offsets.get((cell.measure, band), 0.0)
-        out.setdefault((cell.measure, band), []).append(Observation(moved, float(ea.record.value), width))
+        band_name = band(cell)
+        width = max(widths.get(width_key(cell, kernel_of(cell, ka)), 0.0), Figure.of(ea.record).width)
+        moved = log_ratio - offsets.get((cell.measure, band_name), 0.0)
+        out.setdefault((cell.measure, band_name), []).append(Observation(moved, float(ea.record.value), width))
     return out
 
 
@@ -446,20 +462,12 @@ def learn_from(runs: Sequence[Run], *, budget: float = BUDGET, floor_s: float = 
     if l2 is None:
         raise NoiseModelError(f"no L2 size known for {gpu!r}: record l2_bytes in machine.json")
     mine = [r for r in runs if r.gpu == gpu]
-    widths = widths_of(mine)
+    widths, band_widths = widths_of(mine, l2)
     obs: dict[tuple[str, str], list[Observation]] = {}
     pair_count: dict[tuple[str, str], int] = {}
     for a, b in no_change_pairs(mine):
         for key, seen in observe(a, b, l2, widths).items():
             obs.setdefault(key, []).extend(seen)
             pair_count[key] = pair_count.get(key, 0) + 1
-    band_widths: dict[tuple[str, str], list[float]] = {}
-    for key, w in widths.items():
-        measure, _, dtype, shape = key.split("|")[:4]
-        try:
-            numel = math.prod(int(n) for n in shape.split("x")) if shape else 0
-            band_widths.setdefault((measure, band_of(bytes_moved(numel, dtype), l2).name), []).append(w)
-        except ValueError:
-            continue
     return learn(obs, pair_count, gpu=gpu, l2_bytes=l2, budget=budget, floor_s=floor_s, sources=sources,
                  command=command, widths=widths, band_widths=band_widths)

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from relu2.asv_results import DEFAULT_DTYPE, Record, ResultsError
-from relu2.noise import Rule
+from relu2.noise import Rule, round_width
 from relu2.schema import BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, bytes_moved, geometry, kernel_hex, \
     only_repicked, quantile
 from relu2.schema import mode as mode_named
@@ -193,8 +193,6 @@ class Figure:
     @property
     def width(self) -> float:
         """log(max/min) of its rounds: the spread between processes this figure shows (0 without rounds)."""
-        from relu2.noise import round_width
-
         return round_width(self.samples) if self.rounds else 0.0
 
     def scaled(self, factor: float) -> "Figure":
