@@ -265,7 +265,7 @@ def save_model(model: NoiseModel, path: str | Path) -> None:
 
 def even_sample(obs: Sequence[Observation], n: int = SIMULATION_SAMPLE) -> tuple[tuple[float, ...], ...]:
     """``n`` observations spread evenly over the sorted log ratios (the extremes always kept)."""
-    ordered = sorted(obs, key=lambda o: o.log_ratio)
+    ordered = sorted(obs, key=lambda o: (o.log_ratio, o.base_s, o.width))  # ties: in no order of reading
     if len(ordered) <= n:
         picked = ordered
     else:
@@ -354,15 +354,20 @@ class Run:
 
 
 def runs_in(results_dir: str | Path, exclude_machines: Sequence[str] = ()) -> list[Run]:
-    """Every (machine, commit) with results in ``results_dir``, but those of ``exclude_machines``."""
-    from relu2.asv_results import commits, load_records, machine_info, machines
+    """Every (machine, commit) with results in ``results_dir``, but those of ``exclude_machines``.
+
+    Ordered by machine, commit date and hash, never by the git graph (as ``commits`` breaks ties):
+    a pair's direction decides whose figure is its base, and the model learned must be the same in
+    a clone that lacks a branch of the commits measured."""
+    from relu2.asv_results import commit_dates, load_records, machine_info, machines
 
     out = []
     for m in machines(results_dir):
         if m in exclude_machines:
             continue
         info = machine_info(results_dir, m)
-        for c in commits(results_dir, m):
+        dates = commit_dates(results_dir, m)
+        for c in sorted(dates, key=lambda h: (dates[h], h)):
             out.append(Run(str(results_dir), m, c, str(info.get("gpu", "")), l2_of(info),
                            tuple(load_records(results_dir, m, c))))
     return out

@@ -382,3 +382,21 @@ def test_earlier_methods_teach_the_noise_only_where_they_timed_the_same_thing():
     mixed = noise.observe(run("a", {"hot": hot.version_of(1)}, 1.0), run("b", {"hot": hot.version_of(2)}, 1.01),
                           60 * 2**20)
     assert not mixed  # two rulers in one pair: not a draw of anything
+
+
+def test_the_model_learned_does_not_depend_on_the_clone(monkeypatch, tmp_path):
+    # docs/aa/planted holds two commits made in the same second (branches off main): a clone of main
+    # alone cannot order them by the git graph.  The pair's direction decides whose figure is the
+    # base, so the model (its simulation sample, hence the resolution printed) must not follow it.
+    from relu2 import machine
+    from relu2.asv_results import commit_dates
+
+    planted = REPO / "docs/aa/planted"
+    dates = list(commit_dates(planted).values())
+    assert len(dates) > len(set(dates))  # the tie this test is about
+
+    def learned(order) -> list:
+        monkeypatch.setattr(machine, "git_order", lambda hashes, repo: order(sorted(hashes)))
+        return [(f.mode, f.band, f.sample) for f in noise.learn_from(noise.runs_in(planted)).fits]
+
+    assert learned(lambda hs: {h: i for i, h in enumerate(hs)}) == learned(lambda hs: {h: -i for i, h in enumerate(hs)})
