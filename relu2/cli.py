@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -598,6 +600,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader left (`relu2 gate | head`): no traceback, and not 0, since not all was written.
+        # stdout goes to devnull so that the interpreter's own flush at exit cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as e:  # noqa: BLE001  unusable input: one line, no traceback (see _is_usage_error)
         if not _is_usage_error(e):
             raise

@@ -121,6 +121,18 @@ def test_gate_exit_codes_from_the_command_line(tmp_path, capsys):
     assert cli.main(["gate", "0000000", fx.COMMIT_2[:8], "--results", str(results)]) == 2
 
 
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    # `relu2 export results | head -1`: the pipe closes before the CSV is written.
+    import subprocess
+
+    results = fx.copy_results(tmp_path / "results")
+    proc = subprocess.Popen([sys.executable, "-m", "relu2.cli", "export", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before a byte is read
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 141 and "Traceback" not in err, err
+
+
 def test_publish_without_a_configuration_is_one_line(tmp_path, capsys):
     assert cli.main(["publish", "--config", str(tmp_path / "nope.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
