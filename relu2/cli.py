@@ -258,7 +258,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     from relu2 import confirm, machine
     from relu2.results import atomic_write_text
 
-    targets = list(args.cell)
+    targets, not_cells = list(args.cell), []
     if args.from_gate:
         try:
             report = json.loads(Path(args.from_gate).read_text(encoding="utf-8"))
@@ -266,10 +266,14 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
         try:
             targets += confirm.targets_from_gate(report)
+            not_cells = confirm.not_cells_in_gate(report)
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
+    if not_cells:
+        print(f"relu2 confirm: not re-measured: {', '.join(not_cells)} (a summary over Grid cells, not one cell; "
+              "the gate still fails on it: confirm the cells it summarises with --cell)", file=sys.stderr)
     if not targets:
-        print("relu2 confirm: nothing to confirm (no --cell, and the gate report flags no regression)")
+        print("relu2 confirm: nothing to re-measure (no --cell, and the gate report flags no cell)")
         return 0
     repo = machine.repo_of(Path.cwd())
     if repo is None:
@@ -522,7 +526,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "again on this box: ROUNDS times, a fresh process with the base's implementations and one "
                        "with the head's (git worktrees of both commits, each installed into a folder of its own), "
                        "in alternating order, all with this checkout's instrument. Writes each side's median per "
-                       "round (--out) for relu2 gate --confirmed.")
+                       "round (--out) for relu2 gate --confirmed. A flagged summary (Implementations.track_*, a mean over "
+                       "Grid cells) is not one cell: it is named on stderr, not re-measured, and the gate still "
+                       "fails on it.")
     p.add_argument("base", metavar="BASE", help="base commit (any git ref of this checkout)")
     p.add_argument("head", metavar="HEAD", help="head commit (any git ref of this checkout)")
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")

@@ -133,6 +133,17 @@ def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     assert proc.wait() == 141 and "Traceback" not in err, err
 
 
+def test_confirm_names_a_flagged_summary_it_cannot_measure(tmp_path, capsys):
+    # Implementations.track_fused is a mean over Grid cells: confirm re-measures cells, so it must say
+    # it left the summary alone, not that the report flags nothing.
+    report = tmp_path / "gate.json"
+    report.write_text('{"regressions": [{"benchmark": "bench_relu2.Implementations.track_fused", "params": {}}]}')
+    assert cli.main(["confirm", "HEAD~1", "HEAD", "--from-gate", str(report)]) == 0
+    out, err = capsys.readouterr()
+    assert "not re-measured: Implementations.track_fused" in err and "the gate still fails on it" in err
+    assert "flags no cell" in out
+
+
 def test_publish_without_a_configuration_is_one_line(tmp_path, capsys):
     assert cli.main(["publish", "--config", str(tmp_path / "nope.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
