@@ -98,9 +98,8 @@ def targets_from_gate(report: dict) -> list[Target]:
 
     out: dict[tuple, Target] = {}
     for change in report.get("regressions", []):
-        mode = change["benchmark"].rsplit(".", 1)[-1].removeprefix("track_")
-        params = change["params"]
-        if mode not in MODE_NAMES or "impl" not in params:
+        mode, params = _cell_mode(change), change["params"]
+        if mode is None:
             continue
         numel, shape = geometry(params)
         cell = Cell(params["impl"], params.get("dtype", DEFAULT_DTYPE), numel, parse_shape(shape))
@@ -112,12 +111,14 @@ def not_cells_in_gate(report: dict) -> list[str]:
     """The flagged figures of a gate report that are not one cell in one timing mode (an
     ``Implementations`` summary, a mean over Grid cells): confirm cannot re-measure them, and the gate
     still fails on them (no evidence is not a pass)."""
-    out = []
-    for change in report.get("regressions", []):
-        mode = change["benchmark"].rsplit(".", 1)[-1].removeprefix("track_")
-        if mode not in MODE_NAMES or "impl" not in change["params"]:
-            out.append(change["benchmark"].split(".", 1)[-1])
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(change["benchmark"].split(".", 1)[-1] for change in report.get("regressions", [])
+                              if _cell_mode(change) is None))
+
+
+def _cell_mode(change: dict) -> str | None:
+    """The timing mode of a flagged change of a gate report that is one cell (None: it is not one)."""
+    mode = change["benchmark"].rsplit(".", 1)[-1].removeprefix("track_")
+    return mode if mode in MODE_NAMES and "impl" in change["params"] else None
 
 
 # --- the sides ------------------------------------------------------------------------------------

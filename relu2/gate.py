@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -184,7 +185,7 @@ def gate(
         except VerdictInputError as e:
             raise GateInputError(str(e)) from None
     rule_for = make_rule_for(model, l2, factor=factor, floor_s=floor_s, gate_launch=gate_launch, cpu=cpu)
-    found = compare(base_records, head_records, rule_for, allow_missing, band_of=lambda cell: noise.band_of_cell(cell, l2))
+    found = compare(base_records, head_records, rule_for, allow_missing, band_of=partial(noise.band_of_cell, l2_bytes=l2))
     if (found.base_cells and len(found.failed_at_base) > FAILED_BASE_LIMIT * found.base_cells
             and not allow_failed_base):
         raise GateInputError(f"base {base_full[:8]} on {bm}: {len(found.failed_at_base)} of its {found.base_cells} "
@@ -280,7 +281,7 @@ def noise_check(results_dirs: Sequence[str], held_out: str) -> list[dict]:
         for base, head in ((a, b), (b, a)):
             l2 = base.l2_bytes or model.l2_bytes
             rule_for = make_rule_for(model, l2, factor=None, floor_s=None, gate_launch=None, cpu=False)
-            found = compare(base.records, head.records, rule_for, band_of=lambda cell, l2=l2: noise.band_of_cell(cell, l2))
+            found = compare(base.records, head.records, rule_for, band_of=partial(noise.band_of_cell, l2_bytes=l2))
             kb, kh = fingerprints(entries(base.records)), fingerprints(entries(head.records))
             table = {(c.benchmark, c.params): c for c in found.regressions}
             false = [c for c in table.values()
@@ -291,10 +292,11 @@ def noise_check(results_dirs: Sequence[str], held_out: str) -> list[dict]:
 
 
 def _of_todays_methods(run: noise.Run) -> bool:
+    """Whether a run holds gated figures recorded by today's method of their mode."""
     from relu2.schema import mode as mode_named
 
-    return any(mode_named(c.measure).asv_version == r.version for r in run.records
-               for c in (decode(r),) if c.measure in GATED_MODES)
+    measures = ((decode(r).measure, r.version) for r in run.records)
+    return any(m in GATED_MODES and v == mode_named(m).asv_version for m, v in measures)
 
 
 def _record_of(records, change: Change):

@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -442,9 +443,7 @@ def observe(a: Run, b: Run, l2_bytes: int,
             continue
         kept.append((ea, math.log(eb.record.value / ea.record.value)))
     # As the gate judges them: after the move of the pair's references in the cell's mode and band.
-    def band(cell) -> str:
-        return band_of_cell(cell, l2_bytes)
-
+    band = partial(band_of_cell, l2_bytes=l2_bytes)
     offsets = reference_offsets(((e.cell, lr) for e, lr in kept), band)
     out: dict[tuple[str, str], list[Observation]] = {}
     for ea, log_ratio in kept:
