@@ -274,7 +274,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
               "the gate still fails on it: confirm the cells it summarises with --cell)", file=sys.stderr)
     if not targets:
         print("relu2 confirm: nothing to re-measure (no --cell, and the gate report flags no cell)")
-        return 0
+        return 1 if not_cells else 0
     repo = machine.repo_of(Path.cwd())
     if repo is None:
         return _fail("confirm", "run it inside the git checkout that holds both commits")
@@ -283,7 +283,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     if args.out:
         atomic_write_text(args.out, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
     print(confirm.format_confirmation(report))
-    return 0
+    return 1 if not_cells else 0
 
 
 def cmd_noise(args: argparse.Namespace) -> int:
@@ -528,7 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "in alternating order, all with this checkout's instrument. Writes each side's median per "
                        "round (--out) for relu2 gate --confirmed. A flagged summary (Implementations.track_*, a mean over "
                        "Grid cells) is not one cell: it is named on stderr, not re-measured, and the gate still "
-                       "fails on it.")
+                       "fails on it. Exit 0 when every flagged figure was re-measured (or none was flagged), 1 when "
+                       "one could not be, 2 on unusable input.")
     p.add_argument("base", metavar="BASE", help="base commit (any git ref of this checkout)")
     p.add_argument("head", metavar="HEAD", help="head commit (any git ref of this checkout)")
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
