@@ -9,6 +9,7 @@
 #     inspect       relu2 inspect of the compiled paths, fused and triton on vLLM's shapes
 #     asv=REV       relu2 asv run on REV (a commit, a branch, or an asv range A..B), offline, results kept;
 #                   machine $RELU2_MACHINE (default h200) into $RELU2_RESULTS (default results);
+#                   with RELU2_DEADLINE (epoch s), not started when under RELU2_STEP_S (200) s are left;
 #                   RELU2_ASV_BENCH=REGEX passes --bench (with RELU2_BENCH_SUITES, one suite only)
 #     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
 #     gate=BASE,HEAD  relu2 gate on what asv= steps recorded (machine $RELU2_MACHINE), text and the spread;
@@ -92,6 +93,14 @@ smoke() {
 
 asv_run() {  # asv_run REV [MACHINE [RESULTS_DIR]]
   local rev=$1 machine=${2:-$MACHINE} results=${3:-$RESULTS} repo=/tmp/relu2-repo spec config
+  # RELU2_DEADLINE (epoch seconds): a commit is not started when fewer than RELU2_STEP_S seconds
+  # are left, so a call ends inside the device tool's limit with every started commit saved (an asv
+  # run killed mid-commit loses that commit and can leave its workers measuring beside the next).
+  if [ -n "${RELU2_DEADLINE:-}" ] && [ $(( RELU2_DEADLINE - $(date +%s) )) -lt "${RELU2_STEP_S:-200}" ]; then
+    echo "-- asv-$machine-$rev: not started, $(( RELU2_DEADLINE - $(date +%s) )) s left (RELU2_STEP_S ${RELU2_STEP_S:-200})" |
+      tee -a "$LOG/summary.txt"
+    return 0
+  fi
   install_asv || { echo "asv install failed"; return 1; }
   [ -d $repo ] || git clone -q "$ROOT/.whl/repo.bundle" $repo
   (cd $repo && git fetch -q "$ROOT/.whl/repo.bundle" '+refs/heads/*:refs/remotes/bundle/*' 2>/dev/null; true)
@@ -105,6 +114,9 @@ asv_run() {  # asv_run REV [MACHINE [RESULTS_DIR]]
   # inside the device tool's limit, so what was recorded still comes back.
   run "asv-$machine-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" timeout "${RELU2_ASV_TIMEOUT:-540}" sh -c \
     "cd $repo && python3 -m relu2 asv run --config $config --machine '$machine' --show-stderr --record-samples ${RELU2_ASV_BENCH:+--bench '$RELU2_ASV_BENCH'} '$spec'"
+  # Back into the checkout, which the next asv= step copies from: else it would put the checkout's
+  # older file of a commit measured again back over the one just measured.
+  cp -r "$repo/$results/." "$ROOT/$results/"
   tar -C $repo -czf "$OUT/results-$machine.tgz" "$results"
 }
 
