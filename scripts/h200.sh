@@ -107,16 +107,16 @@ asv_run() {  # asv_run REV [MACHINE [RESULTS_DIR]]
   config=$repo/asv.$machine.json  # beside the repo: asv resolves "repo": "." from it
   sed "s#\"results_dir\": \"results\"#\"results_dir\": \"$results\"#; s#\"html_dir\": \"html\"#\"html_dir\": \"html-$machine\"#" \
     "$ROOT/asv.conf.json" > "$config"
-  mkdir -p "$repo/$results" && cp -r "$ROOT/$results/." "$repo/$results/" 2>/dev/null
+  # The checkout's results seed the clone's once a box: a later call on the same warm box gets the
+  # checkout copied anew, whose older file of a commit measured again must not go back over it.
+  local seeded=/tmp/relu2-seeded-$(echo "$results" | tr -c 'a-zA-Z0-9\n' '_')
+  [ -e "$seeded" ] || { mkdir -p "$repo/$results" && cp -r "$ROOT/$results/." "$repo/$results/" 2>/dev/null; touch "$seeded"; }
   export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl" PIP_CONFIG_FILE=/dev/null
   case $rev in *..*) spec=$rev ;; *) spec="$rev^!" ;; esac
   # asv exits 2 when any cell failed; the cells say which.  RELU2_ASV_TIMEOUT keeps the call
   # inside the device tool's limit, so what was recorded still comes back.
   run "asv-$machine-$(echo "$rev" | tr -c 'a-zA-Z0-9\n' '_' | cut -c1-24)" timeout "${RELU2_ASV_TIMEOUT:-540}" sh -c \
     "cd $repo && python3 -m relu2 asv run --config $config --machine '$machine' --show-stderr --record-samples ${RELU2_ASV_BENCH:+--bench '$RELU2_ASV_BENCH'} '$spec'"
-  # Back into the checkout, which the next asv= step copies from: else it would put the checkout's
-  # older file of a commit measured again back over the one just measured.
-  cp -r "$repo/$results/." "$ROOT/$results/"
   tar -C $repo -czf "$OUT/results-$machine.tgz" "$results"
 }
 
