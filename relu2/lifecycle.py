@@ -64,9 +64,9 @@ def _prctl(option: int, value: int) -> bool:
         return False
 
 
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux); whether it is."""
-    return _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+def become_subreaper(on: bool = True) -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux), or no longer; whether it did."""
+    return _prctl(_PR_SET_CHILD_SUBREAPER, int(on))
 
 
 def follow_parent(parent: int, signum: int = signal.SIGTERM) -> None:
@@ -283,7 +283,7 @@ def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") 
         return
     run = Run(command, MARK_PREFIX + uuid.uuid4().hex[:12], saved)
     os.environ[run.mark] = str(os.getpid())
-    become_subreaper()
+    subreaper = become_subreaper()
     run.keeper = _start_keeper(run.mark)
     main = threading.current_thread() is threading.main_thread()
     previous = {}
@@ -329,6 +329,8 @@ def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") 
         finally:
             _active = None
             os.environ.pop(run.mark, None)
+            if subreaper:
+                become_subreaper(False)
             if main:
                 for signum, handler in previous.items():
                     signal.signal(signum, handler)

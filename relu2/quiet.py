@@ -153,9 +153,8 @@ def busy_between(before: dict[int, tuple[str, int]], after: dict[int, tuple[str,
 
 def check(gpu: bool = True, window_s: float = WINDOW_S, own: Iterable[int] = ()) -> Quiet:
     """Look at the machine before measuring: GPU compute processes (when ``gpu``) and other
-    processes' CPU use over ``window_s``; this process, its descendants and ``own`` are ours."""
-    from relu2.lifecycle import descendants, process_table
-
+    processes' CPU use over ``window_s``; this process and ``own`` are ours (it runs before the
+    run starts anything that could be busy)."""
     mine = {os.getpid(), *own}
     before = cpu_times()
     started = time.monotonic()
@@ -163,7 +162,6 @@ def check(gpu: bool = True, window_s: float = WINDOW_S, own: Iterable[int] = ())
     time.sleep(max(0.0, window_s - (time.monotonic() - started)))
     after = cpu_times()
     elapsed = time.monotonic() - started
-    mine |= descendants(os.getpid(), process_table())
     result = Quiet(window_s=window_s, own=mine)
     if apps is not None:
         result.gpu = [a for a in apps if a.pid not in mine]
