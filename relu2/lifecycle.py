@@ -43,6 +43,7 @@ MARK_PREFIX = "RELU2_RUN_"  # + a token per run; its value is the pid of the run
 GRACE_S = 3.0  # SIGTERM, then this long to leave through Python's exit, then SIGKILL
 EXIT_INTERRUPTED = 130
 
+_DONE = b"done"  # what the run writes to its keeper as it ends by itself
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _POLL_S = 0.05
@@ -357,10 +358,11 @@ def _start_keeper(mark: str) -> subprocess.Popen | None:
 
 
 def _stop_keeper(keeper: subprocess.Popen | None) -> None:
-    """The run ended here: the keeper finds nothing left to end and leaves."""
+    """The run ended here, and ended its processes itself: the keeper leaves without looking."""
     if keeper is None:
         return
     try:
+        keeper.stdin.write(_DONE)
         keeper.stdin.close()
         keeper.wait(GRACE_S)
     except (OSError, subprocess.TimeoutExpired):
@@ -368,13 +370,16 @@ def _stop_keeper(keeper: subprocess.Popen | None) -> None:
 
 
 def keep(mark: str) -> None:
-    """The keeper's life: wait for the end of the run's process (the end of its pipe on stdin: closed
-    by the run as it ends, or by the kernel as it dies; a blocking read, no wake-ups), then end every
-    process still carrying ``mark``."""
+    """The keeper's life: wait for the end of its pipe on stdin (a blocking read, no wake-ups).  The run
+    says it is done before it closes the pipe; a pipe closed without that (by the kernel, as the run's
+    process died) means the run's processes are left to end: every process still carrying ``mark``."""
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_IGN)
-    while sys.stdin.buffer.read(4096):
-        pass
+    said = b""
+    while chunk := sys.stdin.buffer.read(4096):
+        said += chunk
+    if said == _DONE:
+        return
     me = os.getpid()
     for _ in range(3):  # a dying process may start another: look again
         table = process_table()
