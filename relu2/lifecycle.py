@@ -334,7 +334,9 @@ def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") 
                 become_subreaper(False)
             if main:
                 for signum, handler in previous.items():
-                    signal.signal(signum, handler)
+                    # Stopped by a signal, the command only says so and exits 130: one more Ctrl-C
+                    # then would only cut that short with a traceback.
+                    signal.signal(signum, signal.SIG_IGN if run.signum is not None else handler)
     if interrupted:
         raise Interrupted()
 
