@@ -134,9 +134,9 @@ def check_prerequisites(argv: Sequence[str]) -> None:
                          "commits out of one")
 
 
-def record_machine(name: str | None, path: str | None = None) -> str:
+def record_machine(name: str | None, path: str | None = None, extra: dict[str, str] | None = None) -> str:
     """Make sure asv's machine file knows ``name`` (default: asv's name for this host) and refresh its
-    GPU/driver/CUDA/torch/triton keys; returns the name."""
+    GPU/driver/CUDA/torch/triton keys, and ``extra`` (whether the machine is quiet); returns the name."""
     from asv.machine import Machine, MachineCollection
 
     from relu2.machine import machine_info
@@ -146,6 +146,7 @@ def record_machine(name: str | None, path: str | None = None) -> str:
     data = json.loads(Path(path).read_text(encoding="utf-8")) if os.path.isfile(path) else {}
     entry = data.get(name) or {**Machine.get_defaults(), "machine": name}
     entry.update(machine_info())
+    entry.update(extra or {})
     data[name] = entry
     data["version"] = MachineCollection.api_version
     atomic_write_text(path, json.dumps(data, indent=4, sort_keys=True))
@@ -157,18 +158,21 @@ ENV_LOG = "RELU2_ASV_LOG"  # the suites append "commit<TAB>reason" here for a co
 UNMEASURED = "unmeasured.tsv"  # per machine, beside asv's result files: commit, instrument, reason
 
 
-def prepare(argv: Sequence[str]) -> str | None:
-    """What ``run`` and ``continuous`` need before asv starts: prerequisites, the machine (its name is
-    returned), torch's site."""
+def prepare(argv: Sequence[str], require_idle: bool = False) -> str | None:
+    """What ``run`` and ``continuous`` need before asv starts: prerequisites, whether the machine is
+    quiet (``relu2.quiet``), the machine (its name is returned), torch's site."""
+    from relu2 import quiet
+
     if not argv or argv[0] not in _PREPARED or "-h" in argv or "--help" in argv:
         return None
     check_prerequisites(argv)
     check_suite_environment(_option(argv, "--config") or "asv.conf.json")
+    seen = quiet.before_measuring("relu2 asv", require_idle)  # UsageError before the machine file is written
     if os.environ.get("RELU2_BENCH_IMPLS", "").strip():
         print("relu2 asv: warning: RELU2_BENCH_IMPLS narrows the suites' parameters, and asv publish draws only "
               "the parameters benchmarks.json lists, for every machine of the results folder: give this run a "
               "results folder of its own (--config with another results_dir)", file=sys.stderr)
-    name = record_machine(_option(argv, "--machine"))
+    name = record_machine(_option(argv, "--machine"), extra=seen.machine_keys())
     os.environ.setdefault(ENV_TORCH_SITE, torch_site())
     print(f"relu2 asv: machine {name!r} recorded with its GPU/driver/CUDA/torch/triton; environments see torch "
           f"from {os.environ[ENV_TORCH_SITE]}", file=sys.stderr)
@@ -380,9 +384,20 @@ def remove_empty_results(results_dir: Path, machine: str, since: float, log: Pat
     return removed
 
 
+def saved_results(results_dir: Path, machine: str, since: float) -> str:
+    """What an interrupted run saved: the commits whose results asv wrote since ``since``."""
+    folder = results_dir / machine
+    written = [p for p in folder.glob("*.json") if p.name not in ("machine.json", "benchmarks.json")
+               and p.stat().st_mtime >= since] if folder.is_dir() else []
+    kept = (f"the results of {len(written)} commit(s) are saved in {folder}" if written else
+            "no commit's results were saved (asv saves a commit's once all its benchmarks have run)")
+    return f"{kept}; run it again with --skip-existing-commits to measure the rest"
+
+
 # --- another repository's kernel ------------------------------------------------------------------
 
 OPT_REPO = "--repo"  # relu2's own option of `relu2 asv run`: measure the package of another git checkout
+OPT_REQUIRE_IDLE = "--require-idle"  # relu2's own: refuse to measure on a machine that is not quiet
 
 
 def external_config(repo: str | os.PathLike, base_config: str = "asv.conf.json") -> Path:
@@ -444,7 +459,9 @@ def main(argv: Sequence[str]) -> int:
         raise UsageError("relu2 asv needs an asv command, e.g. relu2 asv run --machine mybox main~2..main "
                          "(relu2 asv run --help lists asv's options)")
     argv = _with_repo(list(argv))
-    machine = prepare(argv)  # UsageError (exit 2) before anything is built
+    require_idle = OPT_REQUIRE_IDLE in argv
+    argv = [a for a in argv if a != OPT_REQUIRE_IDLE]
+    machine = prepare(argv, require_idle)  # UsageError (exit 2) before anything is built
     if machine is None:
         return _run_asv(argv)
     return _measure(list(argv), machine)
@@ -453,10 +470,13 @@ def main(argv: Sequence[str]) -> int:
 def _measure(argv: list[str], machine: str) -> int:
     from asv.config import Config
 
+    from relu2 import lifecycle
     from relu2.machine import UsageError
 
     config = _option(argv, "--config") or "asv.conf.json"
     conf = Config.load(config)
+    since = time.time() - 1
+    lifecycle.say_saved(lambda: saved_results(Path(conf.results_dir), machine, since))
     measured = _measured(json.loads(Path(config).read_text(encoding="utf-8")))
     os.environ[ENV_MEASURED] = measured
     skipped: list[Unmeasured] = []

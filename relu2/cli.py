@@ -181,7 +181,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           out=Path(args.out), machine=args.machine or machine.machine_name(device),
                           samples=args.samples, sample_ms=args.sample_ms,
                           timeout_s=args.timeout or timeout_s, isolate=not args.in_process,
-                          progress=not args.no_progress)
+                          progress=not args.no_progress, require_idle=args.require_idle)
     return sweep_job.run(plan)
 
 
@@ -255,7 +255,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from relu2 import confirm, machine
+    from relu2 import confirm, lifecycle, machine, quiet
     from relu2.results import atomic_write_text
 
     targets, not_cells = list(args.cell), []
@@ -278,8 +278,12 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     repo = machine.repo_of(Path.cwd())
     if repo is None:
         return _fail("confirm", "run it inside the git checkout that holds both commits")
-    report = confirm.confirm(repo, args.base, args.head, targets, args.rounds, machine.resolve_device(args.device),
-                             progress=not args.no_progress, machine=args.machine or "")
+    device = machine.resolve_device(args.device)
+    quiet.before_measuring("relu2 confirm", args.require_idle, gpu=device == "cuda")  # UsageError: exit 2
+    with lifecycle.guard("relu2 confirm", lambda: f"nothing was written{' to ' + args.out if args.out else ''} "
+                         "(the rounds are written once all are measured)"):
+        report = confirm.confirm(repo, args.base, args.head, targets, args.rounds, device,
+                                 progress=not args.no_progress, machine=args.machine or "")
     if args.out:
         atomic_write_text(args.out, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
     print(confirm.format_confirmation(report))
@@ -312,12 +316,13 @@ def cmd_noise(args: argparse.Namespace) -> int:
 
 
 def cmd_asv(args: argparse.Namespace) -> int:
-    from relu2 import asv_run
+    from relu2 import asv_run, lifecycle
 
     argv = list(args.asv_args)
     if argv[:1] == ["--"]:  # `relu2 asv -- --version`: options asv takes before its command
         argv = argv[1:]
-    return asv_run.main(argv)
+    with lifecycle.guard("relu2 asv"):  # asv's processes, in groups of their own, end with it
+        return asv_run.main(argv)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -386,6 +391,14 @@ def _add_device(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), help=_DEVICE_HELP)
 
 
+_REQUIRE_IDLE_HELP = ("refuse to start (exit 2, nothing written) when the machine is not quiet: another compute "
+                      "process on the GPU (nvidia-smi), or other processes using the CPU (default: say so and measure)")
+
+
+def _add_require_idle(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--require-idle", action="store_true", help=_REQUIRE_IDLE_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
     modes = ", ".join(f"{m.name} ({m.doc})" for m in schema.MODES)
     parser = argparse.ArgumentParser(
@@ -451,6 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", default=None,
                    help="machine name recorded in the CSV (default: the GPU's name on CUDA, else the hostname)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_require_idle(p)
     p.add_argument("--out", type=_out_dir, required=True, help="output directory (locked while the sweep runs)")
     p.set_defaults(func=cmd_sweep)
 
@@ -543,6 +557,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
     p.add_argument("--machine", help="the machine name to record (default: this host's name)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    _add_require_idle(p)
     _add_device(p)
     p.set_defaults(func=cmd_confirm)
 
@@ -566,7 +581,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "once all its benchmarks have run; to resume an interrupted `relu2 asv run A..B`, run "
                        "`relu2 asv run --skip-existing-commits A..B`: the commits already saved are skipped and the "
                        "one that was interrupted is measured again. Options asv takes before its command (-v, "
-                       "--config) go after it (relu2 asv run -v ...), or after -- (relu2 asv -- --version).")
+                       "--config) go after it (relu2 asv run -v ...), or after -- (relu2 asv -- --version). Before "
+                       "`run` it says whether the machine is quiet and records it in the machine's metadata (keys "
+                       "quiet, busy); `relu2 asv run --require-idle ...` refuses to start on a busy one. Ctrl-C or "
+                       "SIGTERM ends every process the run started, asv's own included, and exits 130.")
     p.add_argument("asv_args", nargs=argparse.REMAINDER, metavar="ASV_ARGS", help="asv's command and options")
     p.set_defaults(func=cmd_asv)
 
@@ -604,8 +622,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = one_line
             return args.func(args)
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        if not getattr(e, "reported", False):  # relu2.lifecycle.guard has said what it stopped
+            print("\ninterrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader left (`relu2 gate | head`): no traceback, and not 0, since not all was written.

@@ -37,6 +37,7 @@ import pickle
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,13 +123,16 @@ def private_caches(prefix: str = "relu2-") -> Iterator[Path]:
 # --- the worker's side ----------------------------------------------------------------------------
 
 
-def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str) -> None:
+def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str, parent: int) -> None:
     """Resolve ``name``, say ready, then measure every cell sent until told to stop or the context breaks."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the sweep's to handle, not ours
     # Stopped (a timeout, the pool closing): leave through Python's exit, whose finalizers unlink the
     # semaphores this process made (tqdm's lock, a compile pool's queues).  Killed outright, they were
     # left to the resource tracker, which warned of "leaked semaphore objects" at shutdown.
     signal.signal(signal.SIGTERM, _leave)
+    from relu2.lifecycle import follow_parent
+
+    follow_parent(parent)  # the pool's process killed outright: this worker leaves too (SIGTERM)
     import faulthandler
 
     faulthandler.enable()  # a segfault in a kernel prints the Python stack it came from
@@ -243,6 +247,15 @@ def death_reason(exitcode: int | None) -> str:
     return f"exited with status {exitcode}"
 
 
+def _unwind_on_sigterm() -> Any:
+    """In a process that SIGTERM would end at once (asv's ``setup_cache`` process; a pool outside a
+    ``relu2.lifecycle.guard``), SIGTERM leaves through Python's exit while a pool is open, so the pool
+    closes its workers and removes their caches; the handler it replaced (None: none replaced)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, _leave)
+
+
 class WorkerPool:
     """A worker per implementation; ``measure`` sends a cell to its implementation's worker.
 
@@ -258,6 +271,7 @@ class WorkerPool:
         self.cache_root = cache_root  # None: each worker's caches are its own and go with it
         self.workers: dict[str, _Worker] = {}
         self._context = multiprocessing.get_context("spawn")
+        self._sigterm = _unwind_on_sigterm()
         try:
             self._start(list(dict.fromkeys(names)), max(startup_timeout_s, timeout_s))
         except BaseException:  # Ctrl-C while they start: no worker and no private cache outlives the pool
@@ -276,6 +290,9 @@ class WorkerPool:
             worker.ask_to_leave()
         for worker in self.workers.values():
             worker.stop()
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
 
     def pids(self) -> set[int]:
         return {w.process.pid for w in self.workers.values() if w.process.pid is not None}
@@ -309,7 +326,8 @@ class WorkerPool:
                 self.workers[name] = worker
                 child.close()
                 continue
-            process = self._context.Process(target=_worker_main, args=(child, name, registered, self.device, cache_dir),
+            process = self._context.Process(target=_worker_main,
+                                            args=(child, name, registered, self.device, cache_dir, os.getpid()),
                                             name=f"relu2-worker-{name}", daemon=True)
             process.start()
             child.close()  # the worker holds the other end; EOF here then means it died

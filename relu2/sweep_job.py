@@ -5,7 +5,8 @@ module is the job around it that the command line asks for.  Input is refused (U
 anything is written: an implementation named that cannot run here, a bad ``$RELU2_TIMEOUT``, an
 input too large for the device.  A finished, failed or interrupted job leaves no lock file.
 
-Exit codes as the command line's: 0 every figure ok, 1 a figure failed, 130 interrupted.
+Exit codes as the command line's: 0 every figure ok, 1 a figure failed, 130 interrupted (every
+process of the sweep ended, ``relu2.lifecycle``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Plan:
     timeout_s: float
     isolate: bool = True
     progress: bool = True
+    require_idle: bool = False  # refuse to measure on a machine that is not quiet (relu2.quiet)
 
 
 def implementations(asked: Sequence[str] | None, known: Sequence[str]) -> list[str]:
@@ -72,18 +74,21 @@ def plan_cells(names: Sequence[str], dtypes: Sequence[str], sizes: Sequence[int]
 
 def run(plan: Plan) -> int:
     """Measure ``plan`` into ``plan.out``: CSV, table and plots; 0, 1 (a figure failed) or 130."""
-    from relu2 import machine, sweep
+    from relu2 import lifecycle, machine, quiet, sweep
     from relu2.timing import Budget
 
     sweep.check_fits(plan.cells, plan.device)  # UsageError before anything runs
     budget = Budget(samples=plan.samples, sample_ms=plan.sample_ms)
-    warning = machine.contention_warning(plan.device, set())
-    if warning:
-        print(f"relu2 sweep: warning: {warning}", file=sys.stderr)
+    quiet.before_measuring("relu2 sweep", plan.require_idle, gpu=plan.device == "cuda")  # UsageError: nothing written
     # Rows are checkpointed input by input, so Ctrl-C (or a kill) loses at most the input being
     # measured, and the same command run again measures only what is missing.
     partial = plan.out / "sweep.partial.csv"
-    try:
+
+    def saved() -> str:
+        kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
+        return f"{kept}; run the same command again (same --out, commit and machine) to resume from there"
+
+    with lifecycle.guard("relu2 sweep", saved):
         with sweep.measurer(plan.cells, plan.device, isolate=plan.isolate, timeout_s=plan.timeout_s,
                             progress=plan.progress) as measurer:
             refuse_absent(measurer, plan.named, plan.device)  # before the folder or its lock exists
@@ -93,11 +98,6 @@ def run(plan: Plan) -> int:
                 rows = sweep.run_resumable(plan.cells, plan.modes, plan.device, plan.machine, machine.git_commit(),
                                            partial, progress=plan.progress, budget=budget, measurer=measurer)
                 return finish(rows, plan.out, partial)
-    except KeyboardInterrupt:
-        kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
-        print(f"\nrelu2 sweep: interrupted; {kept}. Run the same command again (same --out, commit and "
-              "machine) to resume from there.", file=sys.stderr)
-        return 130
 
 
 def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> None:

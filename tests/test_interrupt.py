@@ -1,0 +1,286 @@
+"""Ctrl-C, SIGTERM or a kill of the run's process ends everything a long command started (issue 30).
+
+Each command is started as a user's shell would, in a process group of its own, with a variable of
+the test's own in its environment: every process the run starts inherits it, whatever group or
+session asv puts it in, so the test finds them all in /proc without trusting the code under test.
+The signal goes to the whole group (what Ctrl-C does) at a moment seen from outside (a build
+process, the workers, a line of progress, a file written); the command must exit 130 within
+``EXIT_S`` and leave no process ``LEFT_S`` later.  A kill (SIGKILL) goes to the run's process alone.
+Everything a test starts is killed at its end, pass or fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from conftest import ROOT
+from relu2.lifecycle import carrying, process_table
+
+pytestmark = pytest.mark.slow
+
+EXIT_S = 15.0  # from the signal to the command's exit
+LEFT_S = 10.0  # then no process of the run may be left
+MOMENT_S = 600.0  # the longest wait for a moment to come (an environment build on a loaded 2-core box)
+QUICK = {"RELU2_BENCH_QUICK": "1", "RELU2_BENCH_SUITES": "Grid", "RELU2_ROUNDS": "1"}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class Launched:
+    """A command started in a process group of its own, its processes marked for the test."""
+
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+        self.mark = f"RELU2_TEST_{uuid.uuid4().hex[:10]}"
+        self.output = ""
+        self.proc = subprocess.Popen(argv, cwd=cwd, env={**os.environ, **env, self.mark: "1"},
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.output += line
+
+    def processes(self) -> dict[int, str]:
+        """pid -> command line of every live process carrying the test's mark."""
+        table = process_table()
+        return {p: _cmdline(p) for p in carrying(self.mark, table) if not table[p].zombie}
+
+    def wait_for(self, moment: Callable[["Launched"], bool], what: str) -> None:
+        deadline = time.monotonic() + MOMENT_S
+        while not moment(self):
+            assert self.proc.poll() is None, f"ended (exit {self.proc.returncode}) before {what}:\n{self.output[-3000:]}"
+            assert time.monotonic() < deadline, f"no {what} in {MOMENT_S:g} s:\n{self.output[-3000:]}"
+            time.sleep(0.1)
+
+    def left_after(self, seconds: float) -> dict[int, str]:
+        """The run's processes still alive once ``seconds`` have passed (sooner when none is)."""
+        deadline = time.monotonic() + seconds
+        while (left := self.processes()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return left
+
+    def kill_all(self) -> None:
+        for pid in self.processes():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def launch():
+    started: list[Launched] = []
+
+    def start(argv: list[str], cwd: Path, **env: str) -> Launched:
+        run = Launched(argv, cwd, env)
+        started.append(run)
+        return run
+
+    yield start
+    for run in started:
+        run.kill_all()
+
+
+@pytest.fixture
+def load():
+    """A load generator beside the run: busy processes, one per core, for the loaded case."""
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 2)]
+    yield busy
+    for p in busy:
+        p.kill()
+        p.wait()
+
+
+# --- the moments, seen from outside ---------------------------------------------------------------
+
+
+def _with(*words: str) -> Callable[[Launched], bool]:
+    return lambda run: any(all(w in cmd for w in words) for cmd in run.processes().values())
+
+
+def _said(text: str) -> Callable[[Launched], bool]:
+    return lambda run: text in run.output
+
+
+def _both(a: Callable[[Launched], bool], b: Callable[[Launched], bool]) -> Callable[[Launched], bool]:
+    return lambda run: a(run) and b(run)
+
+
+WORKERS = _with("multiprocessing.spawn")  # a worker process of relu2.isolation, starting or measuring
+
+
+def _stop(run: Launched, signum: int) -> tuple[float, dict[int, str]]:
+    """Send ``signum`` (to the group; SIGKILL to the run's process alone); seconds to exit, and what is left."""
+    before = run.processes()
+    assert len(before) > 1, before  # the moment has processes of the run to end
+    sent = time.monotonic()
+    if signum == signal.SIGKILL:
+        os.kill(run.proc.pid, signum)
+    else:
+        os.killpg(run.proc.pid, signum)
+    try:
+        run.proc.wait(EXIT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running {EXIT_S:g} s after {signal.Signals(signum).name}:\n{run.output[-3000:]}")
+    took = time.monotonic() - sent
+    run._reader.join(5)
+    print(f"{signal.Signals(signum).name}: exited {run.proc.returncode} in {took:.1f} s; {len(before)} processes before")
+    return took, run.left_after(LEFT_S)
+
+
+def _check_stopped(run: Launched, signum: int, command: str) -> None:
+    took, left = _stop(run, signum)
+    assert left == {}, f"left {LEFT_S:g} s after the exit: {left}"
+    if signum == signal.SIGKILL:
+        return
+    assert run.proc.returncode == 130, run.output[-3000:]
+    lines = [line for line in run.output.splitlines() if line.startswith(f"{command}: interrupted")]
+    assert len(lines) == 1 and signal.Signals(signum).name in lines[0], run.output[-3000:]
+    assert "Traceback" not in run.output.split(lines[0])[-1], run.output[-3000:]
+
+
+# --- relu2 sweep ------------------------------------------------------------------------------------
+
+
+SWEEP = ["sweep", "--sizes", "1024,2048,4096,8192", "--impl", "eager", "--dtype", "float32", "--modes", "hot",
+         "--no-progress", "--machine", "box"]
+
+
+@pytest.mark.parametrize("signum, moment", [
+    (signal.SIGINT, "workers"), (signal.SIGINT, "measuring"), (signal.SIGINT, "writing"),
+    (signal.SIGTERM, "measuring"), (signal.SIGKILL, "measuring"),
+])
+def test_an_interrupted_sweep_ends_every_process_it_started(tmp_path, launch, signum, moment):
+    out = tmp_path / "out"
+    run = launch([sys.executable, "-m", "relu2", *SWEEP, "--out", str(out)], ROOT)
+    run.wait_for({"workers": WORKERS, "measuring": _said("cells x 1 modes"),
+                  "writing": lambda r: (out / "sweep.partial.csv").exists()}[moment], moment)
+    _check_stopped(run, signum, "relu2 sweep")
+    if signum != signal.SIGKILL:
+        assert not (out / ".relu2.lock").exists()
+        if moment == "writing":
+            assert "kept in" in run.output
+
+
+def test_a_second_ctrl_c_ends_everything_at_once(tmp_path, launch):
+    run = launch([sys.executable, "-m", "relu2", *SWEEP, "--out", str(tmp_path / "out")], ROOT)
+    run.wait_for(_said("cells x 1 modes"), "measuring")
+    os.killpg(run.proc.pid, signal.SIGINT)
+    time.sleep(0.3)  # the first is being handled: the workers are leaving
+    took, left = _stop(run, signal.SIGINT)
+    assert left == {}, left
+    assert run.proc.returncode == 130
+    assert "relu2 sweep: interrupted (SIGINT): killed" in run.output, run.output[-2000:]
+
+
+# --- relu2 asv run ------------------------------------------------------------------------------------
+
+
+def git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@example.com")
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                          env=env).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A clone of this checkout with a second commit on top: two commits to measure, one environment
+    (asv's, built by the first test that reaches it and kept for the others)."""
+    root = tmp_path_factory.mktemp("interrupt")
+    project = root / "project"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(project)], check=True)
+    (project / "NOTE").write_text("a second commit\n")
+    git(project, "add", "NOTE")
+    git(project, "commit", "-qm", "a second commit")
+    config = json.loads((project / "asv.conf.json").read_text())
+    config["results_dir"] = str(root / "results")
+    (project / "asv.test.json").write_text(json.dumps(config))
+    (root / "commits.txt").write_text(f"{git(project, 'rev-parse', 'HEAD~1')}\n{git(project, 'rev-parse', 'HEAD')}\n")
+    return project
+
+
+def _asv_run(project: Path, launch, home: Path) -> Launched:
+    results = json.loads((project / "asv.test.json").read_text())["results_dir"]
+    for path in Path(results).glob("intr/*.json"):
+        path.unlink()  # each test measures both commits from the start
+    return launch([sys.executable, "-m", "relu2", "asv", "run", "-v", "--config", "asv.test.json", "--machine",
+                   "intr", "--record-samples", "--bench", "Grid.track_hot",
+                   f"HASHFILE:{project.parent / 'commits.txt'}"], project, HOME=str(home), **QUICK)
+
+
+def _result_written(project: Path) -> Callable[[Launched], bool]:
+    results = Path(json.loads((project / "asv.test.json").read_text())["results_dir"]) / "intr"
+    return lambda run: any(p.name not in ("machine.json", "benchmarks.json") for p in results.glob("*.json"))
+
+
+ASV_MOMENTS = {
+    "build": lambda project: _with("pip"),  # the environment's creation, the wheel's build or install
+    "workers": lambda project: WORKERS,
+    "measuring": lambda project: _both(_said("workers ready"), WORKERS),
+    "writing": _result_written,  # the first commit's results written, the second's under way
+}
+
+
+@pytest.mark.parametrize("signum, moment", [
+    (signal.SIGINT, "build"), (signal.SIGINT, "workers"), (signal.SIGINT, "measuring"), (signal.SIGINT, "writing"),
+    (signal.SIGTERM, "measuring"), (signal.SIGKILL, "workers"),
+])
+def test_an_interrupted_asv_run_ends_every_process_it_started(project, tmp_path, launch, signum, moment):
+    run = _asv_run(project, launch, tmp_path)
+    run.wait_for(ASV_MOMENTS[moment](project), moment)
+    _check_stopped(run, signum, "relu2 asv")
+    if signum != signal.SIGKILL:
+        machine = json.loads((tmp_path / ".asv-machine.json").read_text())["intr"]
+        assert machine["quiet"] in ("yes", "no") and machine["busy"], machine  # recorded for the run
+        if moment == "writing":
+            assert "the results of 1 commit(s) are saved" in run.output, run.output[-2000:]
+
+
+def test_an_asv_run_on_a_loaded_machine_stops_while_setting_up(project, tmp_path, launch, load):
+    """The case of issue 30: Ctrl-C while the suites set up, on a loaded machine."""
+    run = _asv_run(project, launch, tmp_path)
+    run.wait_for(_both(_said("Setting up"), WORKERS), "setting up")
+    _check_stopped(run, signal.SIGINT, "relu2 asv")
+    machine = json.loads((tmp_path / ".asv-machine.json").read_text())["intr"]
+    assert machine["quiet"] == "no" and "cores of the CPU" in machine["busy"], machine
+
+
+# --- relu2 confirm ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum, moment", [
+    (signal.SIGINT, "build"), (signal.SIGINT, "workers"), (signal.SIGTERM, "measuring"), (signal.SIGKILL, "workers"),
+])
+def test_an_interrupted_confirm_ends_every_process_it_started(project, tmp_path, launch, signum, moment):
+    out = tmp_path / "confirm.json"
+    run = launch([sys.executable, "-m", "relu2", "confirm", "HEAD~1", "HEAD", "--device", "cpu",
+                  "--cell", "eager:float32:1024:hot", "--out", str(out)], project,
+                 RELU2_CACHE_DIR=str(tmp_path / "kernel-cache"))
+    run.wait_for({"build": _with("pip", "--target"), "workers": WORKERS,
+                  "measuring": _both(_said("round 1/3"), WORKERS)}[moment], moment)
+    _check_stopped(run, signum, "relu2 confirm")
+    assert not out.exists()
+    if signum != signal.SIGKILL:
+        assert git(project, "worktree", "list").count("\n") == 0  # the sides' worktrees are gone
