@@ -119,5 +119,11 @@ def _rekey_graphs(graphs: Path, drop: set[str]) -> dict[str, str]:
     for old in old_dirs:
         shutil.rmtree(old)
     for new, series in merged.items():
-        atomic_write_text(graphs.parent / new, json.dumps([series[k] for k in sorted(series, key=str)]))
+        atomic_write_text(graphs.parent / new, json.dumps([series[k] for k in sorted(series, key=_order)]))
     return moved
+
+
+def _order(key: Any) -> tuple:
+    """A series' order as asv writes it: by revision, a number (tachyon draws the points in file order
+    and reads the last as the current value); a summary's entries by cell name and index."""
+    return (0, key, "") if isinstance(key, (int, float)) else (1, 0, str(key))
