@@ -168,11 +168,16 @@ def prepare(argv: Sequence[str]) -> str | None:
         print("relu2 asv: warning: RELU2_BENCH_IMPLS narrows the suites' parameters, and asv publish draws only "
               "the parameters benchmarks.json lists, for every machine of the results folder: give this run a "
               "results folder of its own (--config with another results_dir)", file=sys.stderr)
-    name = record_machine(_option(argv, "--machine"))
     os.environ.setdefault(ENV_TORCH_SITE, torch_site())
+    from asv.machine import Machine
+
+    return _option(argv, "--machine") or Machine.get_unique_machine_name()  # recorded once the input is good
+
+
+def _record(name: str) -> None:
+    record_machine(name)
     print(f"relu2 asv: machine {name!r} recorded with its GPU/driver/CUDA/torch/triton; environments see torch "
           f"from {os.environ[ENV_TORCH_SITE]}", file=sys.stderr)
-    return name
 
 
 def check_suite_environment(config: str) -> None:
@@ -465,7 +470,7 @@ def _measure(argv: list[str], machine: str) -> int:
         log.touch()
         os.environ[ENV_LOG] = str(log)
         if argv[0] == "run" and _option(argv, "--set-commit-hash") is None:
-            argv, skipped = _only_measurable(argv, conf, Path(scratch) / "commits.txt")
+            argv, skipped = _only_measurable(argv, conf, Path(scratch) / "commits.txt")  # UsageError first
             if skipped:
                 path = record_unmeasured(conf.results_dir, machine, skipped)
                 print(f"relu2 asv: {len(skipped)} commit(s) not measured, recorded in {path}:", file=sys.stderr)
@@ -474,6 +479,7 @@ def _measure(argv: list[str], machine: str) -> int:
             if argv is None:
                 raise UsageError(f"no commit of the range can be measured by this instrument "
                                  f"({len(skipped)} predate the implementations interface {INTERFACE_VERSION})")
+        _record(machine)
         started = time.time() - 1  # mtimes have coarse resolution on some file systems
         status = _run_asv(argv)
         empty = remove_empty_results(Path(conf.results_dir), machine, started, log)
@@ -506,6 +512,7 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
     repo_dir = conf.repo if os.path.isdir(conf.repo) else None  # a path (relative: to here, as for asv)
     if repo_dir is None:
         return argv, []  # a remote repository: asv clones it; the result check afterwards still applies
+    _check_range(repo_dir, range_spec)
     try:
         commits = selected_commits(conf, range_spec)
     except ResultsError as e:
@@ -532,6 +539,26 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
     else:
         rewritten[len(rewritten) - 1 - rewritten[::-1].index(range_spec)] = f"HASHFILE:{hashfile}"
     return rewritten, skipped
+
+
+_RANGE_WORDS = ("EXISTING", "NEW", "TAGS", "ALL", "HEAD")
+
+
+def _check_range(repo_dir: str, range_spec: str | None) -> None:
+    """UsageError in one line, git's own, for a range git cannot read (asv would print the whole
+    failed ``git rev-list`` call, then raise)."""
+    import shlex
+
+    from relu2.machine import UsageError
+
+    if range_spec is None or range_spec in _RANGE_WORDS or range_spec.startswith("HASHFILE:"):
+        return
+    proc = subprocess.run(["git", "rev-list", "--first-parent", *shlex.split(range_spec), "--"], cwd=repo_dir,
+                          capture_output=True, text=True)
+    if proc.returncode not in (0, 1):  # asv's own accepted codes
+        said = [line for line in proc.stderr.splitlines() if line.strip()]
+        raise UsageError(f"{range_spec!r} is not a range of commits of {os.path.abspath(repo_dir)}"
+                         + (f" ({said[-1].strip()})" if said else ""))
 
 
 def _run_asv(argv: Sequence[str]) -> int:

@@ -42,10 +42,18 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
         conf = Config.load(str(config))
     except Exception as e:  # asv's own UserError or an unreadable file: one line, exit 2
         raise UsageError(f"cannot read the asv configuration {config}: {e}") from None
+    listing = Path(conf.results_dir) / "benchmarks.json"
+    if not listing.is_file():
+        raise UsageError(f"nothing to publish: {listing} is missing (relu2 asv run writes it with the results)")
     for cmd in ([sys.executable, "-m", "asv", "publish", "--config", str(config), *(asv_args or [])],
                 [sys.executable, "-m", "asv_tachyon", "install", conf.html_dir]):
-        if subprocess.run(cmd).returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[2:4])} failed (its output is above)")
+        # Progress stays on the terminal; stderr is kept so that a refusal (an unknown option) is one line.
+        proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+        said = [line for line in proc.stderr.splitlines() if line.strip()]
+        if proc.returncode != 0:
+            raise UsageError(f"{' '.join(cmd[2:4])} failed (exit {proc.returncode})"
+                             + (f": {said[-1].strip()}" if said else "; its output is above"))
+        sys.stderr.write(proc.stderr)
     reshape(Path(conf.html_dir))
     return Path(conf.html_dir)
 

@@ -10,10 +10,12 @@ Exit codes as the command line's: 0 every figure ok, 1 a figure failed, 130 inte
 
 from __future__ import annotations
 
+import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from relu2 import schema
 from relu2.schema import Cell
@@ -84,7 +86,7 @@ def run(plan: Plan) -> int:
     # measured, and the same command run again measures only what is missing.
     partial = plan.out / "sweep.partial.csv"
     try:
-        with sweep.measurer(plan.cells, plan.device, isolate=plan.isolate, timeout_s=plan.timeout_s,
+        with _terminated_as_interrupted(), sweep.measurer(plan.cells, plan.device, isolate=plan.isolate, timeout_s=plan.timeout_s,
                             progress=plan.progress) as measurer:
             refuse_absent(measurer, plan.named, plan.device)  # before the folder or its lock exists
             with sweep.locked(plan.out, "relu2 sweep"):
@@ -98,6 +100,20 @@ def run(plan: Plan) -> int:
         print(f"\nrelu2 sweep: interrupted; {kept}. Run the same command again (same --out, commit and "
               "machine) to resume from there.", file=sys.stderr)
         return 130
+
+
+@contextmanager
+def _terminated_as_interrupted() -> Iterator[None]:
+    """SIGTERM (a kill, a CI job's timeout) ends the sweep as Ctrl-C does: its workers stopped, the lock
+    removed, what was measured kept and said, exit 130; by default it would die with the lock left."""
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> None:
