@@ -44,6 +44,7 @@ never in the benchmark subprocesses, so patching this process is enough.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -354,6 +355,47 @@ def has_figure(path: Path) -> bool:
     return any(numbers(entry[0] if isinstance(entry, list) else entry) for entry in data.get("results", {}).values())
 
 
+def reached(results_dir: Path, machine: str, since: float) -> dict[str, bool]:
+    """Implementation -> whether any of its cells is other than n/a (skipped: NaN) in the result files
+    written since ``since``; an implementation mapped to False could not be measured at all."""
+    try:
+        listed = json.loads((results_dir / "benchmarks.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, bool] = {}
+    folder = results_dir / machine
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if path.name in ("machine.json", "benchmarks.json") or path.stat().st_mtime < since:
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"), parse_constant=float)
+        except (OSError, ValueError):
+            continue
+        for bench, row in data.get("results", {}).items():
+            entry = dict(zip(data.get("result_columns", []), row))
+            params, values = entry.get("params") or [], entry.get("result") or []
+            if not params or ((listed.get(bench) or {}).get("param_names") or [""])[0] != "impl":
+                continue
+            for combo, value in zip(itertools.product(*params), values):
+                impl = str(combo[0]).strip("'\"")
+                found[impl] = found.get(impl, False) or not (isinstance(value, float) and math.isnan(value))
+    return found
+
+
+def say_never_measured(results_dir: Path, machine: str, since: float, declared: set[str]) -> bool:
+    """Name the implementations the run could not measure at all; True when that leaves it without what
+    it was asked for: an implementation named in RELU2_BENCH_IMPLS, or every one of the measured
+    package's that the suites hold."""
+    found = reached(results_dir, machine, since)
+    never = {impl for impl, was in found.items() if not was}
+    for impl in sorted(never):
+        print(f"relu2 asv: {impl}: every cell n/a (skipped) on this machine, so it was not measured "
+              "(asv run --show-stderr says why; relu2 info lists what can run here)", file=sys.stderr)
+    named = {n.strip() for n in os.environ.get("RELU2_BENCH_IMPLS", "").split(",") if n.strip()}
+    mine = declared & set(found)
+    return bool(named & never) or bool(mine) and mine <= never
+
+
 def _suite_reasons(log: Path) -> dict[str, str]:
     if not log.is_file():
         return {}
@@ -465,12 +507,13 @@ def _measure(argv: list[str], machine: str) -> int:
     measured = _measured(json.loads(Path(config).read_text(encoding="utf-8")))
     os.environ[ENV_MEASURED] = measured
     skipped: list[Unmeasured] = []
+    declared: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="relu2-asv-") as scratch, instrument():
         log = Path(scratch) / "suite.log"
         log.touch()
         os.environ[ENV_LOG] = str(log)
         if argv[0] == "run" and _option(argv, "--set-commit-hash") is None:
-            argv, skipped = _only_measurable(argv, conf, Path(scratch) / "commits.txt")  # UsageError first
+            argv, skipped, declared = _only_measurable(argv, conf, Path(scratch) / "commits.txt")  # UsageError first
             if skipped:
                 path = record_unmeasured(conf.results_dir, machine, skipped)
                 print(f"relu2 asv: {len(skipped)} commit(s) not measured, recorded in {path}:", file=sys.stderr)
@@ -483,6 +526,8 @@ def _measure(argv: list[str], machine: str) -> int:
         started = time.time() - 1  # mtimes have coarse resolution on some file systems
         status = _run_asv(argv)
         empty = remove_empty_results(Path(conf.results_dir), machine, started, log)
+        if say_never_measured(Path(conf.results_dir), machine, started, declared):
+            status = status or 1  # it ran, and measured nothing of what it was asked for
         cost = Path(str(log) + ".cost")
         if cost.is_file():  # where each commit's measuring time went (the suites' setup writes it)
             print(cost.read_text(encoding="utf-8").rstrip(), file=sys.stderr)
@@ -495,9 +540,10 @@ def _measure(argv: list[str], machine: str) -> int:
     return status
 
 
-def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] | None, list[Unmeasured]]:
+def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] | None, list[Unmeasured], set[str]]:
     """argv with its range replaced by the commits this instrument can measure (a HASHFILE), and the
-    commits left out; (None, left out) when none can be measured."""
+    commits left out, and the implementations the measured commits declare; (None, left out, ...) when none
+    can be measured."""
     from asv.commands import make_argparser
 
     from relu2.asv_results import ResultsError
@@ -507,11 +553,11 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
     try:
         args = parser.parse_args(argv)
     except SystemExit:
-        return argv, []  # asv prints its own usage error
+        return argv, [], set()  # asv prints its own usage error
     range_spec = getattr(args, "range", None)
     repo_dir = conf.repo if os.path.isdir(conf.repo) else None  # a path (relative: to here, as for asv)
     if repo_dir is None:
-        return argv, []  # a remote repository: asv clones it; the result check afterwards still applies
+        return argv, [], set()  # a remote repository: asv clones it; the result check afterwards still applies
     _check_range(repo_dir, range_spec)
     try:
         commits = selected_commits(conf, range_spec)
@@ -529,16 +575,16 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
             declared.update(names)
     check_impls(declared)
     if not skipped:
-        return argv, []
+        return argv, [], declared
     if not keep:
-        return None, skipped
+        return None, skipped, declared
     hashfile.write_text("".join(f"{c}\n" for c in keep))
     rewritten = list(argv)
     if range_spec is None:
         rewritten.append(f"HASHFILE:{hashfile}")
     else:
         rewritten[len(rewritten) - 1 - rewritten[::-1].index(range_spec)] = f"HASHFILE:{hashfile}"
-    return rewritten, skipped
+    return rewritten, skipped, declared
 
 
 _RANGE_WORDS = ("EXISTING", "NEW", "TAGS", "ALL", "HEAD")
