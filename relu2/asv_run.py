@@ -165,10 +165,10 @@ def prepare(argv: Sequence[str]) -> str | None:
         return None
     check_prerequisites(argv)
     check_suite_environment(_option(argv, "--config") or "asv.conf.json")
-    if os.environ.get("RELU2_BENCH_IMPLS", "").strip():
-        print("relu2 asv: warning: RELU2_BENCH_IMPLS narrows the suites' parameters, and asv publish draws only "
-              "the parameters benchmarks.json lists, for every machine of the results folder: give this run a "
-              "results folder of its own (--config with another results_dir)", file=sys.stderr)
+    if narrowing() and _option(argv, "--config") is not None:
+        print(f"relu2 asv: warning: {narrowing()} narrows the suites' parameters, and asv publish draws only the "
+              "parameters benchmarks.json lists, for every machine of the results folder: give this run a "
+              "results folder of its own", file=sys.stderr)
     os.environ.setdefault(ENV_TORCH_SITE, torch_site())
     from asv.machine import Machine
 
@@ -464,6 +464,39 @@ def external_config(repo: str | os.PathLike, base_config: str = "asv.conf.json")
     return path
 
 
+NARROWED = "narrowed"  # .asv/narrowed/: where a narrowed run of this checkout's config keeps its results
+
+
+def narrowing() -> str:
+    """The suite variable that narrows the suites' parameters ("" when none): a run with it lists fewer
+    parameters in benchmarks.json than the results folder's history holds."""
+    if os.environ.get("RELU2_BENCH_QUICK", "").strip().lower() in ("1", "true", "yes"):
+        return "RELU2_BENCH_QUICK"
+    return "RELU2_BENCH_IMPLS" if os.environ.get("RELU2_BENCH_IMPLS", "").strip() else ""
+
+
+def _narrowed(argv: list[str], base_config: str = "asv.conf.json") -> list[str]:
+    """argv with ``--config`` of a copy of ``base_config`` whose results and dashboard are under
+    .asv/narrowed/ when a suite variable narrows the run and no --config was given: asv rewrites
+    benchmarks.json with the parameters it ran, and the tracked results/ would be drawn with those."""
+    if argv[0] not in _PREPARED or not narrowing() or _option(argv, "--config") is not None \
+            or not os.path.isfile(base_config):
+        return argv
+    here = Path(base_config).resolve().parent
+    conf = json.loads(Path(base_config).read_text(encoding="utf-8"))
+    tracked = conf.get("results_dir", "results")
+    folder = here / ".asv" / NARROWED
+    conf.update(repo=str(here / conf.get("repo", ".")), benchmark_dir=str(here / conf.get("benchmark_dir", "benchmarks")),
+                env_dir=str(here / conf.get("env_dir", ".asv/env")), results_dir=str(folder / "results"),
+                html_dir=str(folder / "html"))
+    path = folder / "asv.conf.json"
+    atomic_write_text(path, json.dumps(conf, indent=4))
+    print(f"relu2 asv: {narrowing()} narrows the suites, so this run's results go to {folder / 'results'}, not "
+          f"{tracked} (gate: --results {folder / 'results'}; publish: --config {path})",
+          file=sys.stderr)
+    return [argv[0], "--config", str(path), *argv[1:]]
+
+
 def _with_repo(argv: list[str]) -> list[str]:
     """argv with ``--repo DIR`` replaced by ``--config`` of ``external_config(DIR)``."""
     from relu2.machine import UsageError
@@ -494,7 +527,7 @@ def main(argv: Sequence[str]) -> int:
     machine = prepare(argv)  # UsageError (exit 2) before anything is built
     if machine is None:
         return _run_asv(argv)
-    return _measure(list(argv), machine)
+    return _measure(_narrowed(argv), machine)
 
 
 def _measure(argv: list[str], machine: str) -> int:

@@ -292,3 +292,17 @@ def torch_has_cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def test_a_narrowed_run_leaves_the_tracked_results_alone_and_says_where_it_wrote(tmp_path):
+    """The README's CPU tracking command under RELU2_BENCH_QUICK=1: asv would rewrite the tracked
+    results/benchmarks.json with the quick grid's parameters; the run goes to .asv/narrowed/ (issue 31)."""
+    project = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(project)], check=True)
+    run = relu2_asv(project, tmp_path, "run", "--bench", "Grid.track_hot", "--machine", "mybox", "--record-samples",
+                    "--skip-existing-commits", "HEAD^!")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    narrowed = project / ".asv" / "narrowed" / "results"
+    assert f"this run's results go to {narrowed}, not results" in run.stderr
+    assert git(project, "status", "--porcelain") == ""  # results/benchmarks.json untouched, nothing new
+    assert set(results_of(narrowed / "mybox")) == {git(project, "rev-parse", "HEAD")}

@@ -136,3 +136,21 @@ def test_an_implementation_never_measured_is_named_and_fails_the_run_that_asked_
     assert asv_run.say_never_measured(results, fx.MACHINE, 0, declared=set()) is True
     # Files older than the run are not this run's.
     assert asv_run.reached(results, fx.MACHINE, since=2**40) == {}
+
+
+def test_a_narrowed_run_gets_a_results_folder_of_its_own(tmp_path, monkeypatch, capsys):
+    base = tmp_path / "asv.conf.json"
+    shutil.copy(fx.FIXTURE_DIR.parents[1] / "asv.conf.json", base)
+    argv = ["run", "--machine", "m", "main~1..main"]
+    monkeypatch.delenv("RELU2_BENCH_IMPLS", raising=False)
+    monkeypatch.delenv("RELU2_BENCH_QUICK", raising=False)
+    assert asv_run._narrowed(argv, str(base)) == argv  # the whole suites: the tracked folder
+    monkeypatch.setenv("RELU2_BENCH_QUICK", "1")
+    config = tmp_path / ".asv" / "narrowed" / "asv.conf.json"
+    assert asv_run._narrowed(argv, str(base)) == ["run", "--config", str(config), *argv[1:]]
+    conf = json.loads(config.read_text())
+    assert conf["results_dir"] == str(tmp_path / ".asv" / "narrowed" / "results")
+    assert conf["benchmark_dir"] == str(tmp_path / "benchmarks") and conf["repo"] == str(tmp_path / ".")
+    assert "RELU2_BENCH_QUICK narrows the suites" in capsys.readouterr().err
+    chosen = ["run", "--config", "mine.json", "HEAD^!"]
+    assert asv_run._narrowed(chosen, str(base)) == chosen  # a results folder the user chose
