@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from relu2.results import Row, csv_text, make_row, write_csv
+from relu2.results import Row, csv_text, make_row, write_csv, write_stdout
 from relu2.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, geometry, kernel_hex
 
 # asv writes these two next to result files; they are not results.
@@ -534,8 +534,7 @@ def export_csv(
     """
     rows = load_rows(results_dir, machine=machine, commit=commit)
     if out is None or str(out) == "-":
-        sys.stdout.write(csv_text(rows))
-        sys.stdout.flush()
+        write_stdout(csv_text(rows))
     else:
         write_csv(rows, out)
     return len(rows)

@@ -44,6 +44,7 @@ never in the benchmark subprocesses, so patching this process is enough.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -158,25 +159,32 @@ ENV_LOG = "RELU2_ASV_LOG"  # the suites append "commit<TAB>reason" here for a co
 UNMEASURED = "unmeasured.tsv"  # per machine, beside asv's result files: commit, instrument, reason
 
 
-def prepare(argv: Sequence[str], require_idle: bool = False) -> str | None:
+def prepare(argv: Sequence[str], require_idle: bool = False) -> tuple[str, dict[str, str]] | None:
     """What ``run`` and ``continuous`` need before asv starts: prerequisites, whether the machine is
-    quiet (``relu2.quiet``), the machine (its name is returned), torch's site."""
+    quiet (``relu2.quiet``), torch's site; the machine's name and its quiet keys, recorded by ``_record``
+    once the range is known to be good."""
     from relu2 import quiet
 
     if not argv or argv[0] not in _PREPARED or "-h" in argv or "--help" in argv:
         return None
     check_prerequisites(argv)
     check_suite_environment(_option(argv, "--config") or "asv.conf.json")
-    seen = quiet.before_measuring("relu2 asv", require_idle)  # UsageError before the machine file is written
-    if os.environ.get("RELU2_BENCH_IMPLS", "").strip():
-        print("relu2 asv: warning: RELU2_BENCH_IMPLS narrows the suites' parameters, and asv publish draws only "
-              "the parameters benchmarks.json lists, for every machine of the results folder: give this run a "
-              "results folder of its own (--config with another results_dir)", file=sys.stderr)
-    name = record_machine(_option(argv, "--machine"), extra=seen.machine_keys())
+    seen = quiet.before_measuring("relu2 asv", require_idle)  # UsageError before anything is written
+    if narrowing() and _option(argv, "--config") is not None:
+        print(f"relu2 asv: warning: {narrowing()} narrows the suites' parameters, and asv publish draws only the "
+              "parameters benchmarks.json lists, for every machine of the results folder: give this run a "
+              "results folder of its own", file=sys.stderr)
     os.environ.setdefault(ENV_TORCH_SITE, torch_site())
+    from asv.machine import Machine
+
+    # Recorded once the input is good, with whether the machine was quiet.
+    return _option(argv, "--machine") or Machine.get_unique_machine_name(), seen.machine_keys()
+
+
+def _record(name: str, extra: dict[str, str]) -> None:
+    record_machine(name, extra=extra)
     print(f"relu2 asv: machine {name!r} recorded with its GPU/driver/CUDA/torch/triton; environments see torch "
           f"from {os.environ[ENV_TORCH_SITE]}", file=sys.stderr)
-    return name
 
 
 def check_suite_environment(config: str) -> None:
@@ -353,6 +361,47 @@ def has_figure(path: Path) -> bool:
     return any(numbers(entry[0] if isinstance(entry, list) else entry) for entry in data.get("results", {}).values())
 
 
+def reached(results_dir: Path, machine: str, since: float) -> dict[str, bool]:
+    """Implementation -> whether any of its cells is other than n/a (skipped: NaN) in the result files
+    written since ``since``; an implementation mapped to False could not be measured at all."""
+    try:
+        listed = json.loads((results_dir / "benchmarks.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    found: dict[str, bool] = {}
+    folder = results_dir / machine
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if path.name in ("machine.json", "benchmarks.json") or path.stat().st_mtime < since:
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"), parse_constant=float)
+        except (OSError, ValueError):
+            continue
+        for bench, row in data.get("results", {}).items():
+            entry = dict(zip(data.get("result_columns", []), row))
+            params, values = entry.get("params") or [], entry.get("result") or []
+            if not params or ((listed.get(bench) or {}).get("param_names") or [""])[0] != "impl":
+                continue
+            for combo, value in zip(itertools.product(*params), values):
+                impl = str(combo[0]).strip("'\"")
+                found[impl] = found.get(impl, False) or not (isinstance(value, float) and math.isnan(value))
+    return found
+
+
+def say_never_measured(results_dir: Path, machine: str, since: float, declared: set[str]) -> bool:
+    """Name the implementations the run could not measure at all; True when that leaves it without what
+    it was asked for: an implementation named in RELU2_BENCH_IMPLS, or every one of the measured
+    package's that the suites hold."""
+    found = reached(results_dir, machine, since)
+    never = {impl for impl, was in found.items() if not was}
+    for impl in sorted(never):
+        print(f"relu2 asv: {impl}: every cell n/a (skipped) on this machine, so it was not measured "
+              "(asv run --show-stderr says why; relu2 info lists what can run here)", file=sys.stderr)
+    named = {n.strip() for n in os.environ.get("RELU2_BENCH_IMPLS", "").split(",") if n.strip()}
+    mine = declared & set(found)
+    return bool(named & never) or bool(mine) and mine <= never
+
+
 def _suite_reasons(log: Path) -> dict[str, str]:
     if not log.is_file():
         return {}
@@ -432,6 +481,39 @@ def external_config(repo: str | os.PathLike, base_config: str = "asv.conf.json")
     return path
 
 
+NARROWED = "narrowed"  # .asv/narrowed/: where a narrowed run of this checkout's config keeps its results
+
+
+def narrowing() -> str:
+    """The suite variable that narrows the suites' parameters ("" when none): a run with it lists fewer
+    parameters in benchmarks.json than the results folder's history holds."""
+    if os.environ.get("RELU2_BENCH_QUICK", "").strip().lower() in ("1", "true", "yes"):
+        return "RELU2_BENCH_QUICK"
+    return "RELU2_BENCH_IMPLS" if os.environ.get("RELU2_BENCH_IMPLS", "").strip() else ""
+
+
+def _narrowed(argv: list[str], base_config: str = "asv.conf.json") -> list[str]:
+    """argv with ``--config`` of a copy of ``base_config`` whose results and dashboard are under
+    .asv/narrowed/ when a suite variable narrows the run and no --config was given: asv rewrites
+    benchmarks.json with the parameters it ran, and the tracked results/ would be drawn with those."""
+    if argv[0] not in _PREPARED or not narrowing() or _option(argv, "--config") is not None \
+            or not os.path.isfile(base_config):
+        return argv
+    here = Path(base_config).resolve().parent
+    conf = json.loads(Path(base_config).read_text(encoding="utf-8"))
+    tracked = conf.get("results_dir", "results")
+    folder = here / ".asv" / NARROWED
+    conf.update(repo=str(here / conf.get("repo", ".")), benchmark_dir=str(here / conf.get("benchmark_dir", "benchmarks")),
+                env_dir=str(here / conf.get("env_dir", ".asv/env")), results_dir=str(folder / "results"),
+                html_dir=str(folder / "html"))
+    path = folder / "asv.conf.json"
+    atomic_write_text(path, json.dumps(conf, indent=4))
+    print(f"relu2 asv: {narrowing()} narrows the suites, so this run's results go to {folder / 'results'}, not "
+          f"{tracked} (gate: --results {folder / 'results'}; publish: --config {path})",
+          file=sys.stderr)
+    return [argv[0], "--config", str(path), *argv[1:]]
+
+
 def _with_repo(argv: list[str]) -> list[str]:
     """argv with ``--repo DIR`` replaced by ``--config`` of ``external_config(DIR)``."""
     from relu2.machine import UsageError
@@ -461,13 +543,13 @@ def main(argv: Sequence[str]) -> int:
     argv = _with_repo(list(argv))
     require_idle = OPT_REQUIRE_IDLE in argv
     argv = [a for a in argv if a != OPT_REQUIRE_IDLE]
-    machine = prepare(argv, require_idle)  # UsageError (exit 2) before anything is built
-    if machine is None:
+    prepared = prepare(argv, require_idle)  # UsageError (exit 2) before anything is built
+    if prepared is None:
         return _run_asv(argv)
-    return _measure(list(argv), machine)
+    return _measure(_narrowed(argv), *prepared)
 
 
-def _measure(argv: list[str], machine: str) -> int:
+def _measure(argv: list[str], machine: str, machine_keys: dict[str, str]) -> int:
     from asv.config import Config
 
     from relu2 import lifecycle
@@ -480,12 +562,13 @@ def _measure(argv: list[str], machine: str) -> int:
     measured = _measured(json.loads(Path(config).read_text(encoding="utf-8")))
     os.environ[ENV_MEASURED] = measured
     skipped: list[Unmeasured] = []
+    declared: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="relu2-asv-") as scratch, instrument():
         log = Path(scratch) / "suite.log"
         log.touch()
         os.environ[ENV_LOG] = str(log)
         if argv[0] == "run" and _option(argv, "--set-commit-hash") is None:
-            argv, skipped = _only_measurable(argv, conf, Path(scratch) / "commits.txt")
+            argv, skipped, declared = _only_measurable(argv, conf, Path(scratch) / "commits.txt")  # UsageError first
             if skipped:
                 path = record_unmeasured(conf.results_dir, machine, skipped)
                 print(f"relu2 asv: {len(skipped)} commit(s) not measured, recorded in {path}:", file=sys.stderr)
@@ -494,9 +577,12 @@ def _measure(argv: list[str], machine: str) -> int:
             if argv is None:
                 raise UsageError(f"no commit of the range can be measured by this instrument "
                                  f"({len(skipped)} predate the implementations interface {INTERFACE_VERSION})")
+        _record(machine, machine_keys)
         started = time.time() - 1  # mtimes have coarse resolution on some file systems
         status = _run_asv(argv)
         empty = remove_empty_results(Path(conf.results_dir), machine, started, log)
+        if say_never_measured(Path(conf.results_dir), machine, started, declared):
+            status = status or 1  # it ran, and measured nothing of what it was asked for
         cost = Path(str(log) + ".cost")
         if cost.is_file():  # where each commit's measuring time went (the suites' setup writes it)
             print(cost.read_text(encoding="utf-8").rstrip(), file=sys.stderr)
@@ -509,9 +595,10 @@ def _measure(argv: list[str], machine: str) -> int:
     return status
 
 
-def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] | None, list[Unmeasured]]:
+def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] | None, list[Unmeasured], set[str]]:
     """argv with its range replaced by the commits this instrument can measure (a HASHFILE), and the
-    commits left out; (None, left out) when none can be measured."""
+    commits left out, and the implementations the measured commits declare; (None, left out, ...) when none
+    can be measured."""
     from asv.commands import make_argparser
 
     from relu2.asv_results import ResultsError
@@ -521,11 +608,12 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
     try:
         args = parser.parse_args(argv)
     except SystemExit:
-        return argv, []  # asv prints its own usage error
+        return argv, [], set()  # asv prints its own usage error
     range_spec = getattr(args, "range", None)
     repo_dir = conf.repo if os.path.isdir(conf.repo) else None  # a path (relative: to here, as for asv)
     if repo_dir is None:
-        return argv, []  # a remote repository: asv clones it; the result check afterwards still applies
+        return argv, [], set()  # a remote repository: asv clones it; the result check afterwards still applies
+    _check_range(repo_dir, range_spec)
     try:
         commits = selected_commits(conf, range_spec)
     except ResultsError as e:
@@ -542,16 +630,36 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
             declared.update(names)
     check_impls(declared)
     if not skipped:
-        return argv, []
+        return argv, [], declared
     if not keep:
-        return None, skipped
+        return None, skipped, declared
     hashfile.write_text("".join(f"{c}\n" for c in keep))
     rewritten = list(argv)
     if range_spec is None:
         rewritten.append(f"HASHFILE:{hashfile}")
     else:
         rewritten[len(rewritten) - 1 - rewritten[::-1].index(range_spec)] = f"HASHFILE:{hashfile}"
-    return rewritten, skipped
+    return rewritten, skipped, declared
+
+
+_RANGE_WORDS = ("EXISTING", "NEW", "TAGS", "ALL", "HEAD")
+
+
+def _check_range(repo_dir: str, range_spec: str | None) -> None:
+    """UsageError in one line, git's own, for a range git cannot read (asv would print the whole
+    failed ``git rev-list`` call, then raise)."""
+    import shlex
+
+    from relu2.machine import UsageError
+
+    if range_spec is None or range_spec in _RANGE_WORDS or range_spec.startswith("HASHFILE:"):
+        return
+    proc = subprocess.run(["git", "rev-list", "--first-parent", *shlex.split(range_spec), "--"], cwd=repo_dir,
+                          capture_output=True, text=True)
+    if proc.returncode not in (0, 1):  # asv's own accepted codes
+        said = [line for line in proc.stderr.splitlines() if line.strip()]
+        raise UsageError(f"{range_spec!r} is not a range of commits of {os.path.abspath(repo_dir)}"
+                         + (f" ({said[-1].strip()})" if said else ""))
 
 
 def _run_asv(argv: Sequence[str]) -> int:

@@ -211,7 +211,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
         commit = resolve_commit(source, commit, args.machine)
     elif commit:
         commit = machine.git_resolve(commit, machine.repo_of(source)) or commit
-    drawn = plot.plot_all(rows, Path(args.out), commit=commit, repo=machine.repo_of(source))
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file of that name, or a path through one
+        return _fail("plot", f"cannot make the folder --out {out}: {e.strerror or e}")
+    drawn = plot.plot_all(rows, out, commit=commit, repo=machine.repo_of(source))
     for path in drawn:
         print(path)
     plot.say_missing(drawn, "relu2 plot")
@@ -332,6 +337,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.impl not in registry.names():
         return _fail("inspect", f"unknown implementation {args.impl!r}; known: {', '.join(registry.names())}")
     device = machine.resolve_device(args.device)
+    from relu2.sweep import check_fits  # the sweep's refusal of an input the device cannot hold
+
+    check_fits([schema.Cell(args.impl, args.dtype, math.prod(args.shape), tuple(args.shape))], device)
     print(format_explanation(explain(args.impl, args.dtype, args.shape, device), show_source=not args.no_source))
     return 0
 

@@ -42,10 +42,18 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
         conf = Config.load(str(config))
     except Exception as e:  # asv's own UserError or an unreadable file: one line, exit 2
         raise UsageError(f"cannot read the asv configuration {config}: {e}") from None
+    listing = Path(conf.results_dir) / "benchmarks.json"
+    if not listing.is_file():
+        raise UsageError(f"nothing to publish: {listing} is missing (relu2 asv run writes it with the results)")
     for cmd in ([sys.executable, "-m", "asv", "publish", "--config", str(config), *(asv_args or [])],
                 [sys.executable, "-m", "asv_tachyon", "install", conf.html_dir]):
-        if subprocess.run(cmd).returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[2:4])} failed (its output is above)")
+        # Progress stays on the terminal; stderr is kept so that a refusal (an unknown option) is one line.
+        proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+        said = [line for line in proc.stderr.splitlines() if line.strip()]
+        if proc.returncode != 0:
+            raise UsageError(f"{' '.join(cmd[2:4])} failed (exit {proc.returncode})"
+                             + (f": {said[-1].strip()}" if said else "; its output is above"))
+        sys.stderr.write(proc.stderr)
     reshape(Path(conf.html_dir))
     return Path(conf.html_dir)
 
@@ -119,5 +127,11 @@ def _rekey_graphs(graphs: Path, drop: set[str]) -> dict[str, str]:
     for old in old_dirs:
         shutil.rmtree(old)
     for new, series in merged.items():
-        atomic_write_text(graphs.parent / new, json.dumps([series[k] for k in sorted(series, key=str)]))
+        atomic_write_text(graphs.parent / new, json.dumps([series[k] for k in sorted(series, key=_order)]))
     return moved
+
+
+def _order(key: Any) -> tuple:
+    """A series' order as asv writes it: by revision, a number (tachyon draws the points in file order
+    and reads the last as the current value); a summary's entries by cell name and index."""
+    return (0, key, "") if isinstance(key, (int, float)) else (1, 0, str(key))

@@ -96,6 +96,19 @@ def _is_outlier(row: Row, at: dict[int, Row]) -> bool:
     return bool(bounds) and all(row.median_s >= OUTLIER_FACTOR * b for b in bounds)
 
 
+def write_stdout(text: str) -> None:
+    """All of ``text`` to stdout, or BrokenPipeError.  Unbuffered (PYTHONUNBUFFERED=1, -u), stdout's
+    text layer hands a pipe one write and drops what the pipe did not take when its reader left,
+    so a ``| head`` looked like a complete export."""
+    import sys
+
+    sys.stdout.flush()
+    data = memoryview(text.encode(sys.stdout.encoding or "utf-8"))
+    while data:
+        data = data[sys.stdout.buffer.write(data) or 0:]
+    sys.stdout.buffer.flush()
+
+
 def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
     """Write ``text`` (or bytes) to ``path`` through a temporary file and a rename, so a crash never
     leaves half a file.  The file gets the mode a plain open() would give it; errors name ``path``,

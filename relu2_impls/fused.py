@@ -257,7 +257,11 @@ def _compile(plan: _Plan, verbose: bool) -> ModuleType:
     """Build with ninja through torch.utils.cpp_extension (which locks the folder against a concurrent build)."""
     from torch.utils.cpp_extension import load as cpp_load
 
-    plan.directory.mkdir(parents=True, exist_ok=True)
+    try:
+        plan.directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # not a compiler failure and not a load failure: say which folder, and how to move it
+        raise BuildError(f"cannot create the build folder {plan.directory} ({type(e).__name__}: {e.strerror or e}); "
+                         f"set {ENV_CACHE_DIR} to a writable folder") from e
     try:
         module = cpp_load(
             name=plan.name,

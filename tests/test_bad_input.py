@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -178,3 +179,46 @@ def test_a_bug_is_not_unusable_input(monkeypatch, tmp_path):
         cli.main(["plot", str(fx.RESULTS), "--out", str(tmp_path / "plots")])
     assert cli._is_usage_error(relu2.machine.UsageError("bad input"))
     assert not cli._is_usage_error(OSError("a bug")) and not cli._is_usage_error(KeyError("a bug"))
+
+
+# --- issue 31: tracebacks for bad input become one line ---------------------------------------------
+
+
+def test_plot_into_a_file_is_refused(tmp_path, capsys):
+    results = fx.copy_results(tmp_path / "results")
+    target = tmp_path / "a-file"
+    target.write_text("kept\n")
+    for out in (target, target / "below"):
+        _refused(["plot", str(results), "--out", str(out)], capsys, "cannot make the folder", str(out))
+    assert target.read_text() == "kept\n"
+
+
+def test_inspect_of_an_input_the_device_cannot_hold_is_refused(capsys):
+    _refused(["inspect", "eager", "--shape", "1048576x1048576", "--device", "cpu"], capsys,
+             "1048576x1048576", "needs about")
+
+
+def _asv_config(tmp_path: Path, results: Path) -> Path:
+    conf = tmp_path / "asv.conf.json"
+    conf.write_text(json.dumps({"version": 1, "project": "p", "project_url": "https://example.invalid", "repo": ".",
+                                "branches": ["main"], "results_dir": str(results), "html_dir": str(tmp_path / "html")}))
+    return conf
+
+
+def test_publish_without_results_or_with_an_option_asv_refuses_is_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    _refused(["publish", "--config", str(_asv_config(tmp_path, tmp_path / "empty"))], capsys,
+             "nothing to publish", "benchmarks.json")
+    conf = _asv_config(tmp_path, fx.copy_results(tmp_path / "results"))
+    _refused(["publish", "--config", str(conf), "--", "--bogus-option"], capsys,
+             "asv publish failed", "--bogus-option")
+    assert not (tmp_path / "html").exists()
+
+
+def test_asv_run_of_a_bad_ref_is_one_line_and_records_no_machine(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file is ~/.asv-machine.json
+    monkeypatch.chdir(fx.FIXTURE_DIR.parents[1])
+    _refused(["asv", "run", "--machine", "nosuchbox", "no-such-ref..HEAD"], capsys,
+             "'no-such-ref..HEAD' is not a range of commits", "bad revision")
+    assert "rev-list" not in capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == []

@@ -1,6 +1,7 @@
 """The console script as a user runs it: help, check, sweep, plot, export and gate exit codes."""
 
 import csv
+import os
 import sys
 from pathlib import Path
 
@@ -121,14 +122,20 @@ def test_gate_exit_codes_from_the_command_line(tmp_path, capsys):
     assert cli.main(["gate", "0000000", fx.COMMIT_2[:8], "--results", str(results)]) == 2
 
 
-def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
-    # `relu2 export results | head -1`: the pipe closes before the CSV is written.
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+@pytest.mark.parametrize("reads", [0, 1])
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path, unbuffered, reads):
+    # `relu2 export results | head -1`: the pipe closes before the CSV is written.  Unbuffered
+    # (PYTHONUNBUFFERED=1), the pipe took part of one write and the rest was dropped: exit 0.
     import subprocess
 
     results = fx.copy_results(tmp_path / "results")
     proc = subprocess.Popen([sys.executable, "-m", "relu2.cli", "export", str(results)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc.stdout.close()  # the reader is gone before a byte is read
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONUNBUFFERED": unbuffered})
+    for _ in range(reads):
+        proc.stdout.readline()
+    proc.stdout.close()  # the reader is gone
     err = proc.stderr.read().decode()
     assert proc.wait() == 141 and "Traceback" not in err, err
 

@@ -75,15 +75,25 @@ def site(tmp_path_factory) -> Path:
     return _build_site(tmp_path_factory.mktemp("dashboard"))
 
 
-def _build_site(root: Path, edit=None, relu2_publish: bool = False) -> Path:
+def _build_site(root: Path, edit=None, relu2_publish: bool = False, older_commits: int = 0) -> Path:
     """Publish a copy of the fixture (after ``edit(results)``) and install tachyon over it: with asv's
-    and tachyon's own commands, or with ``relu2 publish`` (both, then the reshaping)."""
+    and tachyon's own commands, or with ``relu2 publish`` (both, then the reshaping).  ``older_commits``
+    commits dated before the fixture's, on a branch of their own, shift the fixture's revisions (asv
+    numbers every commit of the repository by date)."""
     home = root / "home"
     home.mkdir()
     # A private HOME: asv reads ~/.asv-machine.json and git reads ~/.gitconfig; neither may leak in.
     env = {**os.environ, "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
     repo = root / "repo"
     _run(["git", "clone", "-q", "--branch", "main", str(fx.BUNDLE), str(repo)], env, root)
+    if older_commits:
+        _run(["git", "checkout", "-q", "--orphan", "older"], env, repo)
+        for day in range(1, older_commits + 1):
+            dated = {**env, "GIT_AUTHOR_DATE": f"2026-10-{day:02d}T12:00:00Z", "GIT_COMMITTER_DATE":
+                     f"2026-10-{day:02d}T12:00:00Z", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                     "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+            _run(["git", "commit", "-q", "--allow-empty", "-m", f"older {day}"], dated, repo)
+        _run(["git", "checkout", "-q", "main"], env, repo)
     results = fx.copy_results(root / "results")
     if edit is not None:
         edit(results)
@@ -372,3 +382,33 @@ def test_relu2_publish_opens_on_the_gpu_and_a_chosen_machine_shows_its_figures(p
     assert PLANTED_NAME in regressions.text and CPU_BOX not in regressions.text
     assert "track_launch" not in regressions.text
     assert opened.screenshot.stat().st_size > 20_000
+
+
+# --- issue 31: a history drawn in revision order ---------------------------------------------------
+
+
+def _launch_slower_at_commit_3(results: Path) -> None:
+    path = fx.result_file(results, fx.COMMIT_3)
+    data = json.loads(path.read_text())
+    row = data["results"]["bench_relu2.Grid.track_launch"]
+    column = data["result_columns"].index("result")
+    row[column] = [v * 1.5 if v is not None else None for v in row[column]]
+    path.write_text(json.dumps(data))
+
+
+def test_relu2_publish_writes_each_series_in_revision_order_and_the_tile_shows_the_newest(tmp_path_factory,
+                                                                                           tmp_path: Path):
+    # Nine older commits put the fixture's at revisions 9, 10 and 11: sorted as text, 10 and 11 came
+    # before 9, and the dashboard drew commit 1 as the current value (issue 31).
+    site = _build_site(tmp_path_factory.mktemp("revision-order"), _launch_slower_at_commit_3, relu2_publish=True,
+                       older_commits=9)
+    series = [path for path in (site / "graphs").rglob("*.json") if "summary" not in (path.parent.name, path.stem)]
+    revisions = {path: [point[0] for point in json.loads(path.read_text())] for path in series}
+    assert any(len(set(map(len, map(str, r)))) > 1 for r in revisions.values())  # 9 and 10: the case at hand
+    assert all(r == sorted(r) for r in revisions.values()), {p.name: r for p, r in revisions.items() if r != sorted(r)}
+    with _serve(site) as url:
+        page = load(url, tmp_path, "revision-order", height=1400)
+    assert page.errors() == []
+    # The newest commit (3) is 1.5x slower in launch: the tile's current value, and its change.
+    launch = _tiles(page)["bench_relu2.Grid.track_launch"]
+    assert "+4" in launch and "-3" not in launch, launch

@@ -293,6 +293,26 @@ def test_a_broken_kernel_fails_check_and_sweep_never_skips(tmp_path):
     assert rows["copy"]["status"] == "ok"
 
 
+@pytest.mark.parametrize("case", ["unwritable cache", "no sources"])
+def test_check_names_why_the_kernel_did_not_build(tmp_path, case):
+    """A build that cannot start (its cache folder cannot be made, its sources are missing) reads as
+    that, with the folder, in ``relu2 check``: never as a wrong kernel, never as a load failure."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    if case == "unwritable cache":  # a folder under a file: unwritable even for root
+        env, expected = {fused.ENV_CACHE_DIR: str(blocker / "cache")}, f"cannot create the build folder {blocker}"
+    else:
+        (tmp_path / "empty").mkdir()
+        env = {fused.ENV_CSRC_DIR: str(tmp_path / "empty"), fused.ENV_CACHE_DIR: str(tmp_path / "cache")}
+        expected = f"no C++ sources (*.cpp) in {tmp_path / 'empty'}"
+    check = subprocess.run([sys.executable, "-m", "relu2", "check", "--impl", "fused", "--device", "cpu",
+                            "--dtype", "float32"], capture_output=True, text=True, env={**os.environ, **env},
+                           timeout=300)
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert f"FAIL fused: cannot run: the fused extension did not build: {expected}" in check.stdout, check.stdout
+    assert "did not load" not in check.stdout
+
+
 # --- CUDA: the fused kernel and the Triton kernel ------------------------------------------------
 
 GPU_IMPLS = ("fused", "triton")

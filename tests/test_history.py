@@ -266,3 +266,43 @@ def test_confirm_measures_base_and_head_again_in_fresh_processes(tmp_path):
     assert ratio["fused"] > 5, report
     assert 0.2 < by_impl["eager"]["head_rounds"][0] / by_impl["eager"]["base_rounds"][0] < 5, report
     assert git(project, "worktree", "list").count("\n") == 0  # the worktrees are gone
+
+
+def test_a_kernel_that_cannot_run_here_is_said_and_fails_the_run(tmp_path):
+    """The recipe's kernel declared for CUDA only, measured on the CPU: every cell n/a.  The run says
+    so and exits 1, not 0 as if it had measured it (issue 31)."""
+    toy = tmp_path / "toykernel"
+    toy_repo(toy)
+    source = toy / "toykernel.py"
+    source.write_text(source.read_text().replace('description=', 'devices=("cuda",), description='))
+    git(toy, "commit", "-qam", "CUDA only")
+    harness = tmp_path / "harness"
+    harness.mkdir()
+    shutil.copy(ROOT / "asv.conf.json", harness / "asv.conf.json")
+    (harness / "benchmarks").symlink_to(ROOT / "benchmarks")
+    run = relu2_asv(harness, tmp_path, "run", "--repo", str(toy), "--machine", "ci", "--bench", "Grid.track_hot",
+                    "HEAD^!", RELU2_BENCH_IMPLS="eager,toy,copy")
+    if torch_has_cuda():
+        pytest.skip("CUDA is here: the kernel runs")
+    assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "toy: every cell n/a (skipped) on this machine, so it was not measured" in run.stderr
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_a_narrowed_run_leaves_the_tracked_results_alone_and_says_where_it_wrote(tmp_path):
+    """The README's CPU tracking command under RELU2_BENCH_QUICK=1: asv would rewrite the tracked
+    results/benchmarks.json with the quick grid's parameters; the run goes to .asv/narrowed/ (issue 31)."""
+    project = tmp_path / "project"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(project)], check=True)
+    run = relu2_asv(project, tmp_path, "run", "--bench", "Grid.track_hot", "--machine", "mybox", "--record-samples",
+                    "--skip-existing-commits", "HEAD^!")
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    narrowed = project / ".asv" / "narrowed" / "results"
+    assert f"this run's results go to {narrowed}, not results" in run.stderr
+    assert git(project, "status", "--porcelain") == ""  # results/benchmarks.json untouched, nothing new
+    assert set(results_of(narrowed / "mybox")) == {git(project, "rev-parse", "HEAD")}

@@ -316,3 +316,26 @@ def test_a_checkpoint_cut_short_keeps_its_complete_rows(tmp_path, counted):
     rows = _resume(cells, checkpoint)
     assert set(counted.calls) == {SIZES[-1]}  # only the group whose last row was cut is measured again
     assert _figures(rows) == _expected(cells)
+
+
+def test_sigterm_ends_a_sweep_as_ctrl_c_does(tmp_path):
+    """A kill (a CI job's timeout) leaves no lock and no traceback, keeps what was measured, exit 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "relu2", "sweep", "--device", "cpu", "--impl", "eager",
+                             "--dtype", "float32,float16,bfloat16", "--sizes", "2^10,2^12,2^14,2^16,2^18",
+                             "--modes", "hot", "--samples", "3", "--no-progress", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not (out / "sweep.partial.csv").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err and "sweep.partial.csv" in err, err
+    assert not (out / ".relu2.lock").exists() and (out / "sweep.partial.csv").exists()

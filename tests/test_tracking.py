@@ -97,3 +97,60 @@ def test_relu2_asv_run_refuses_a_bad_suite_variable_before_asv_starts(var, value
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / ".asv-machine.json").exists()  # refused before anything is written
+
+
+# --- issue 31: a run that could not measure an implementation says so -----------------------------
+
+
+def _skip_every_cell_of(results: Path, impl: str) -> None:
+    """Every cell of ``impl`` n/a (NaN, as asv stores a skipped cell) in every result file."""
+    import itertools
+    import math
+
+    for path in (results / fx.MACHINE).glob("*-*.json"):
+        data = json.loads(path.read_text())
+        columns = data["result_columns"]
+        for row in data["results"].values():
+            entry = dict(zip(columns, row))
+            if not entry.get("params") or entry.get("result") is None:
+                continue
+            for i, combo in enumerate(itertools.product(*entry["params"])):
+                if combo[0] == repr(impl):
+                    entry["result"][i] = math.nan
+        path.write_text(json.dumps(data))
+
+
+def test_an_implementation_never_measured_is_named_and_fails_the_run_that_asked_for_it(tmp_path, capsys,
+                                                                                       monkeypatch):
+    results = fx.copy_results(tmp_path / "results")
+    _skip_every_cell_of(results, "triton")
+    monkeypatch.delenv("RELU2_BENCH_IMPLS", raising=False)
+    assert asv_run.reached(results, fx.MACHINE, since=0)["triton"] is False
+    assert asv_run.reached(results, fx.MACHINE, since=0)["fused"] is True
+    # The measured package's other kernels ran: said, and not a failure of the run.
+    assert asv_run.say_never_measured(results, fx.MACHINE, 0, declared={"fused", "triton"}) is False
+    assert "triton: every cell n/a" in capsys.readouterr().err
+    # All the measured package has in the suites (a CUDA-only kernel on a CPU machine), or named: a failure.
+    assert asv_run.say_never_measured(results, fx.MACHINE, 0, declared={"triton", "not-in-the-suites"}) is True
+    monkeypatch.setenv("RELU2_BENCH_IMPLS", "eager,triton,copy")
+    assert asv_run.say_never_measured(results, fx.MACHINE, 0, declared=set()) is True
+    # Files older than the run are not this run's.
+    assert asv_run.reached(results, fx.MACHINE, since=2**40) == {}
+
+
+def test_a_narrowed_run_gets_a_results_folder_of_its_own(tmp_path, monkeypatch, capsys):
+    base = tmp_path / "asv.conf.json"
+    shutil.copy(fx.FIXTURE_DIR.parents[1] / "asv.conf.json", base)
+    argv = ["run", "--machine", "m", "main~1..main"]
+    monkeypatch.delenv("RELU2_BENCH_IMPLS", raising=False)
+    monkeypatch.delenv("RELU2_BENCH_QUICK", raising=False)
+    assert asv_run._narrowed(argv, str(base)) == argv  # the whole suites: the tracked folder
+    monkeypatch.setenv("RELU2_BENCH_QUICK", "1")
+    config = tmp_path / ".asv" / "narrowed" / "asv.conf.json"
+    assert asv_run._narrowed(argv, str(base)) == ["run", "--config", str(config), *argv[1:]]
+    conf = json.loads(config.read_text())
+    assert conf["results_dir"] == str(tmp_path / ".asv" / "narrowed" / "results")
+    assert conf["benchmark_dir"] == str(tmp_path / "benchmarks") and conf["repo"] == str(tmp_path / ".")
+    assert "RELU2_BENCH_QUICK narrows the suites" in capsys.readouterr().err
+    chosen = ["run", "--config", "mine.json", "HEAD^!"]
+    assert asv_run._narrowed(chosen, str(base)) == chosen  # a results folder the user chose
