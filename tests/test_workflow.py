@@ -171,8 +171,8 @@ def _run_script(tmp_path: Path, script: str, world: dict, env: dict | None = Non
     return json.loads(run.stdout)
 
 
-def _pull(head: str = HEAD, base_ref: str = "main", state: str = "open") -> dict:
-    return {"state": state, "head": {"sha": head}, "base": {"ref": base_ref, "sha": BASE}}
+def _pull(head: str = HEAD, base_ref: str = "main", state: str = "open", author: str = "contributor") -> dict:
+    return {"state": state, "user": {"login": author}, "head": {"sha": head}, "base": {"ref": base_ref, "sha": BASE}}
 
 
 def _review(login: str = "maintainer", commit: str = HEAD, state: str = "COMMENTED") -> dict:
@@ -196,6 +196,7 @@ def _label_event() -> dict:
     (_pull(), [], False),
     (_pull(base_ref="release"), [_review()], False),  # retargeted since the label
     (_pull(state="closed"), [_review()], False),
+    (_pull(author="maintainer"), [_review()], False),  # one's own code is approved by someone else
 ])
 def test_the_start_dispatches_only_the_head_the_labeller_reviewed(tmp_path, pull, reviews, started):
     script = _step(_load(START)["jobs"]["start"], "Dispatch the reviewed head")["with"]["script"]
