@@ -281,8 +281,11 @@ def test_the_gpu_job_measures_with_the_default_branchs_instrument_and_decides_no
     assert "--require-hashes -r instrument/.ci/requirements.txt" in install
     assert "--no-deps --no-build-isolation --no-index -e ./instrument" in install  # compare reads its benchmarks/
     runs = "\n".join(s.get("run", "") for s in measure["steps"])
-    assert re.search(r'relu2" compare "\$BASE" "\$HEAD" --measure-only ', runs)
-    assert "relu2 gate" not in runs and "relu2\" gate" not in runs  # no verdict where the head's code runs
+    measuring = _step(measure, "Measure base and head")
+    assert measuring["working-directory"] == "instrument"
+    assert re.search(r'^relu2 compare "\$BASE" "\$HEAD" --measure-only --machine "\$MACHINE" --out ',
+                     measuring["run"], re.M)
+    assert not re.search(r"relu2\"? gate", runs)  # no verdict where the head's code runs
     upload = measure["steps"][-1]
     assert str(upload["uses"]).startswith("actions/upload-artifact@")
     assert upload["with"]["name"] == "measured-${{ matrix.gpu }}"
