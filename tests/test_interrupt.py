@@ -280,7 +280,7 @@ def test_an_interrupted_confirm_ends_every_process_it_started(project, tmp_path,
                   "--cell", "eager:float32:1024:hot", "--out", str(out)], project,
                  RELU2_CACHE_DIR=str(tmp_path / "kernel-cache"))
     run.wait_for({"build": _with("pip", "--target"), "workers": WORKERS,
-                  "measuring": _both(_said("round 1/3"), WORKERS)}[moment], moment)
+                  "measuring": _both(_said("round 1/"), WORKERS)}[moment], moment)
     _check_stopped(run, signum, "relu2 confirm")
     assert not out.exists()
     if signum != signal.SIGKILL:
