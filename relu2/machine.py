@@ -81,23 +81,11 @@ def device_memory_bytes(device: str) -> int:
 
 
 def other_gpu_processes(own_pids: set[int]) -> list[str]:
-    """"pid NAME (N MiB)" of each compute process on the GPUs that is not ours; [] when none or unknowable.
+    """"pid N NAME, M MiB" of each compute process on the GPUs that is not ours; [] when none or unknowable
+    (``relu2.quiet`` reads nvidia-smi's listing)."""
+    from relu2.quiet import gpu_apps
 
-    nvidia-smi in a container may not see the processes of other containers: silence proves little.
-    """
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    others = []
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) == 3 and parts[0].isdigit() and int(parts[0]) not in own_pids:
-            others.append(f"pid {parts[0]} {parts[1]} ({parts[2]} MiB)")
-    return others
+    return [a.describe() for a in gpu_apps() or [] if a.pid not in own_pids]
 
 
 def cpu_contention() -> float:

@@ -73,7 +73,8 @@ def plan_cells(names: Sequence[str], dtypes: Sequence[str], sizes: Sequence[int]
 
 
 def run(plan: Plan) -> int:
-    """Measure ``plan`` into ``plan.out``: CSV, table and plots; 0, 1 (a figure failed) or 130."""
+    """Measure ``plan`` into ``plan.out``: CSV, table and plots; 0, or 1 (a figure failed).  Interrupted,
+    it ends the sweep's processes, says what it kept and raises ``relu2.lifecycle.Interrupted`` (130)."""
     from relu2 import lifecycle, machine, quiet, sweep
     from relu2.timing import Budget
 

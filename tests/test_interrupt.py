@@ -157,6 +157,7 @@ def _check_stopped(run: Launched, signum: int, command: str) -> None:
     assert run.proc.returncode == 130, run.output[-3000:]
     lines = [line for line in run.output.splitlines() if line.startswith(f"{command}: interrupted")]
     assert len(lines) == 1 and signal.Signals(signum).name in lines[0], run.output[-3000:]
+    print(f"  {lines[0]}; {len(left)} left after {LEFT_S:g} s")
     assert "Traceback" not in run.output.split(lines[0])[-1], run.output[-3000:]
 
 
@@ -279,8 +280,34 @@ def test_an_interrupted_confirm_ends_every_process_it_started(project, tmp_path,
                   "--cell", "eager:float32:1024:hot", "--out", str(out)], project,
                  RELU2_CACHE_DIR=str(tmp_path / "kernel-cache"))
     run.wait_for({"build": _with("pip", "--target"), "workers": WORKERS,
-                  "measuring": _both(_said("round 1/3"), WORKERS)}[moment], moment)
+                  "measuring": _both(_said("round 1/"), WORKERS)}[moment], moment)
     _check_stopped(run, signum, "relu2 confirm")
     assert not out.exists()
     if signum != signal.SIGKILL:
         assert git(project, "worktree", "list").count("\n") == 0  # the sides' worktrees are gone
+
+
+# --- a worker whose parent is killed -------------------------------------------------------------------
+
+
+POOL = """
+from relu2.isolation import WorkerPool
+from relu2.schema import Cell
+from relu2.timing import Budget
+pool = WorkerPool(["eager"], "cpu")
+print("ready", *pool.pids(), flush=True)
+pool.measure(Cell("eager", "float32", 1024, (1024,)), ["hot"], "cpu", Budget(samples=1000, sample_ms=500))
+"""  # a cell of ten minutes: the worker is busy timing, not waiting on its pipe, when its parent dies
+
+
+def test_a_worker_whose_parent_is_killed_leaves_by_itself(launch):
+    """No guard and no keeper here: a pool's process killed outright, its workers notice (PR_SET_PDEATHSIG)."""
+    run = launch([sys.executable, "-c", POOL], ROOT, PYTHONPATH=str(ROOT))
+    run.wait_for(_said("ready"), "the pool ready")
+    time.sleep(1)  # the cell sent
+    workers = [int(pid) for pid in run.output.split("ready", 1)[1].split()]
+    assert workers and all(pid in run.processes() for pid in workers)
+    os.kill(run.proc.pid, signal.SIGKILL)
+    run.proc.wait(EXIT_S)
+    left = run.left_after(LEFT_S)
+    assert not set(workers) & set(left), left
