@@ -107,6 +107,39 @@ def _out_file(text: str) -> str:
     return text
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"no names in {text!r} (a comma-separated list, e.g. Grid,ModelShapes)")
+    return names
+
+
+COMPARE_DOC = """\
+Measure BASE and HEAD on this machine, side by side, and judge HEAD against BASE on paired figures.
+
+What is measured: both commits' packages, built from git worktrees with no network (each installed
+into a folder of its own), measured by this checkout's instrument (its relu2 package and
+benchmarks/, copied once), every cell of the chosen suites.
+
+How rounds are ordered: ROUNDS rounds; in each, a fresh process per side measures every cell once
+(its median is the round's figure). The order alternates, ABBA: base, head | head, base | base,
+head ... so neither side always runs first, and a drift of the box falls on both.
+
+What is paired: head round i against base round i, measured one after the other on one box. Both
+sides are written as plain asv results (DIR/base/, DIR/head/: samples one median per round, in round
+order) with DIR/compare.json; docs/methodology.md says how the verdict reads them.
+
+The verdict: relu2 gate --compare DIR: the same-box noise model (learned from A/A compares of one
+commit against itself on one box), or --factor; the report states the model and its resolution,
+and is written to DIR/report.txt|md|json. Exit 0 pass, 1 a finding (a regression, a failed or
+vanished cell, a round that did not complete), 2 unusable input (one line, nothing written), 130
+interrupted. --measure-only stops before the verdict (exit 0 when measured).
+
+Cost: a round of a side costs what a measurement of one commit in one round costs
+(docs/tracking.md); the CPU quick grid (RELU2_BENCH_QUICK=1 --suites Grid) takes about a minute.
+"""
+
+
 def _target(text: str):
     from relu2.confirm import parse_target
 
@@ -252,6 +285,24 @@ def cmd_gate(args: argparse.Namespace) -> int:
         print("\nSPREAD (head/base per implementation and mode, over the cells ok in both)")
         print(gate.format_spread(report.spread, markdown=args.format == "markdown"))
     return report.exit_code
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from relu2 import compare
+
+    out = Path(args.out) if args.out else compare.default_out()
+    try:
+        compare.measure(args.base, args.head, out, repo=args.repo, suites=args.suites, rounds=args.rounds,
+                        machine=args.machine, device=args.device)
+    except RuntimeError as e:  # a round's process died: work not done, not bad input
+        print(f"relu2 compare: {e} (the rounds so far are in {out}, marked incomplete)", file=sys.stderr)
+        return 1
+    if args.measure_only:
+        print(f"relu2 compare: measured, not judged (--measure-only): relu2 gate --compare {out}")
+        return 0
+    report, code = compare.judge(out, args.format, factor=args.factor, noise_model=args.noise_model)
+    print(report)
+    return code
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
@@ -520,6 +571,33 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text (default), markdown (for a pull-request comment) or json (stable keys, "
                    "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
+
+    from relu2.compare import DEFAULT_ROUNDS as COMPARE_ROUNDS, MAX_ROUNDS as COMPARE_MAX  # torch-free
+
+    p = sub.add_parser("compare", help="measure BASE and HEAD on this machine in interleaved rounds, then judge "
+                       "the paired figures", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=COMPARE_DOC)
+    p.add_argument("base", metavar="BASE", help="base commit (a git ref of --repo)")
+    p.add_argument("head", metavar="HEAD", help="head commit (a git ref of --repo; BASE itself makes an A/A)")
+    p.add_argument("--suites", type=_names, default=[], metavar="A,B",
+                   help="only these suites of benchmarks/bench_relu2.py (default: all), e.g. Grid")
+    p.add_argument("--rounds", type=_number(int, 1, strict=False), default=COMPARE_ROUNDS,
+                   help=f"rounds a side, 1 to {COMPARE_MAX} (default {COMPARE_ROUNDS}; fewer than {COMPARE_ROUNDS} "
+                        "leave the paired rule too few pairs)")
+    p.add_argument("--repo", metavar="DIR", help="the git checkout holding both commits (default: the one here)")
+    p.add_argument("--machine", help="the machine name to record (default: asv's name for this host)")
+    p.add_argument("--out", type=_out_dir, metavar="DIR",
+                   help="a new or empty folder for the layout (default: .asv/compare/BASE8-HEAD8-TIME)")
+    p.add_argument("--measure-only", action="store_true",
+                   help="measure and write DIR, judge nothing (CI's measuring job; relu2 gate --compare DIR judges)")
+    p.add_argument("--factor", type=_number(float, 1.0, strict=False), default=None,
+                   help="judge with this ratio instead of the same-box noise model")
+    p.add_argument("--noise-model", metavar="FILE", default=None, help="a same-box noise model (relu2 noise learn "
+                   "--same-box; default: the one shipped for this machine's GPU model)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="the verdict's format on stdout (all three are written to DIR/report.*)")
+    _add_device(p)
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("confirm", help="measure flagged cells again, base and head, in fresh interleaved processes",
                        description="Before a regression fails a pull request, measure the cells the gate flagged "
