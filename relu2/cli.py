@@ -306,7 +306,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from relu2 import confirm, machine
+    from relu2 import compare, confirm, machine
     from relu2.results import atomic_write_text
 
     targets, not_cells = list(args.cell), []
@@ -315,6 +315,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             report = json.loads(Path(args.from_gate).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
+        if not isinstance(report, dict) or not isinstance(report.get("regressions"), list):
+            return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report (no list of regressions)")
         try:
             targets += confirm.targets_from_gate(report)
             not_cells = confirm.not_cells_in_gate(report)
@@ -324,8 +326,12 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         print(f"relu2 confirm: not re-measured: {', '.join(not_cells)} (a summary over Grid cells, not one cell; "
               "the gate still fails on it: confirm the cells it summarises with --cell)", file=sys.stderr)
     if not targets:
-        print("relu2 confirm: nothing to re-measure (no --cell, and the gate report flags no cell)")
-        return 1 if not_cells else 0
+        if not_cells:
+            return 1
+        return _fail("confirm", "nothing to re-measure: no --cell, and " +
+                     (f"{args.from_gate} flags no cell" if args.from_gate else "no --from-gate report"))
+    if args.out:
+        compare.check_out_file(Path(args.out))
     repo = machine.repo_of(Path.cwd())
     if repo is None:
         return _fail("confirm", "run it inside the git checkout that holds both commits")
@@ -334,7 +340,10 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     if args.out:
         atomic_write_text(args.out, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
     print(confirm.format_confirmation(report))
-    return 1 if not_cells else 0
+    missing = confirm.not_measured(report)
+    if missing:
+        print(f"relu2 confirm: no figure on a side for {', '.join(missing)} (the reasons are above)", file=sys.stderr)
+    return 1 if not_cells or missing else 0
 
 
 def cmd_noise(args: argparse.Namespace) -> int:
@@ -599,25 +608,27 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(p)
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("confirm", help="measure flagged cells again, base and head, in fresh interleaved processes",
+    p = sub.add_parser("confirm", help="measure flagged cells again, base and head: relu2 compare's rounds on them",
                        description="Before a regression fails a pull request, measure the cells the gate flagged "
-                       "again on this box: ROUNDS times, a fresh process with the base's implementations and one "
-                       "with the head's (git worktrees of both commits, each installed into a folder of its own), "
-                       "in alternating order, all with this checkout's instrument. Writes each side's median per "
-                       "round (--out) for relu2 gate --confirmed. A flagged summary (Implementations.track_*, a mean over "
-                       "Grid cells) is not one cell: it is named on stderr, not re-measured, and the gate still "
-                       "fails on it. Exit 0 when every flagged figure was re-measured (or none was flagged), 1 when "
-                       "one could not be, 2 on unusable input.")
+                       "again on this box with relu2 compare's mechanism (git worktrees of both commits, this "
+                       "checkout's instrument, ABBA rounds, a fresh process per side and round), on those cells "
+                       "only and with more rounds. Writes each side's median per round (--out) for relu2 gate "
+                       "--confirmed. A flagged summary (Implementations.track_*, a mean over Grid cells) is not one "
+                       "cell: it is named on stderr, not re-measured, and the gate still fails on it. Before any "
+                       "round it refuses a cell a side cannot measure here (an implementation it does not have, one "
+                       "that cannot run on this device, a dtype not timed), a report that flags no cell, and an "
+                       "--out it could not write. Exit 0 when every flagged figure was re-measured, 1 when one "
+                       "could not be, 2 on unusable input (one line, nothing measured).")
     p.add_argument("base", metavar="BASE", help="base commit (any git ref of this checkout)")
     p.add_argument("head", metavar="HEAD", help="head commit (any git ref of this checkout)")
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
     p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
-    from relu2.confirm import DEFAULT_ROUNDS  # torch-free
+    from relu2.confirm import CONFIRM_ROUNDS, DEFAULT_ROUNDS  # torch-free
 
-    p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False), default=DEFAULT_ROUNDS,
+    p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False), default=CONFIRM_ROUNDS,
                    help=f"fresh processes per side, at least {DEFAULT_ROUNDS}: fewer cannot tell a step from the "
-                        f"spread between rounds (default {DEFAULT_ROUNDS})")
+                        f"spread between rounds (default {CONFIRM_ROUNDS}: twice a compare's)")
     p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
     p.add_argument("--machine", help="the machine name to record (default: this host's name)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")

@@ -177,6 +177,19 @@ def check_measured_env(names: Sequence[str]) -> None:
                          "(each side's own distribution is measured)")
 
 
+NARROWING = ("RELU2_BENCH_QUICK", "RELU2_BENCH_IMPLS", "RELU2_TIMEOUT")  # recorded in compare.json when set
+
+
+def suite_names(benchmarks: Path) -> list[str]:
+    """The suites ``benchmarks/bench_relu2.py`` measures under this environment (RELU2_BENCH_SUITES)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("relu2_bench_suites", benchmarks / "bench_relu2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # torch-free: only the vocabulary
+    return [suite.__name__ for suite in module._selected()]
+
+
 def check_suites(benchmarks: Path, suites: Sequence[str]) -> None:
     """UsageError naming a suite ``benchmarks/bench_relu2.py`` does not have."""
     from relu2.asv_run import check_suite_environment
@@ -209,7 +222,8 @@ class Side:
 
 
 @contextlib.contextmanager
-def sides(repo: Path, base: str, head: str, scratch: Path, say: Say = _stderr) -> Iterator[tuple[Side, Side]]:
+def sides(repo: Path, base: str, head: str, scratch: Path, say: Say = _stderr,
+          label: str = "relu2 compare") -> Iterator[tuple[Side, Side]]:
     """A worktree of each commit with its package installed into a folder of its own; removed after."""
     trees: list[Path] = []
     try:
@@ -221,7 +235,7 @@ def sides(repo: Path, base: str, head: str, scratch: Path, say: Say = _stderr) -
             began = time.perf_counter()
             site = _install(tree, scratch / f"site-{name}", f"{name} ({commit[:8]})")
             built.append(Side(name, commit, site, project_name(tree)))
-            say(f"relu2 compare: {name} {commit[:8]} built in {time.perf_counter() - began:.0f} s")
+            say(f"{label}: {name} {commit[:8]} built in {time.perf_counter() - began:.0f} s")
         yield built[0], built[1]
     finally:
         for tree in trees:
@@ -447,8 +461,8 @@ def _check(request: dict) -> int:
     for name in request["impls"]:
         try:
             impl = registry.get(name)
-        except (KeyError, ValueError) as e:
-            out[name] = f"no implementation {name!r} ({str(e).strip(chr(39))})"
+        except (KeyError, ValueError) as e:  # KeyError's text is its repr: its argument is the sentence
+            out[name] = str(e.args[0] if e.args else e)
             continue
         out[name] = "" if impl.supports(request["device"]) else impl.why_not(request["device"])
     print(json.dumps(out))
@@ -521,12 +535,14 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     machine = machine or Machine.get_unique_machine_name()
     info = {"format": FORMAT, "box": box_id(), "machine": machine, "gpu": "", "device": device,
             "base": {"ref": base, "sha": shas["base"]}, "head": {"ref": head, "sha": shas["head"]},
-            "rounds": rounds, "order": order(rounds), "suites": list(suites) or ["all"],
+            "rounds": rounds, "order": order(rounds), "suites": [],
+            "narrowed": {k: os.environ[k] for k in NARROWING if os.environ.get(k, "").strip()},
             "instrument": git_commit(Path(__file__).resolve().parent.parent) or "", "started_at": _now(),
             "finished_at": None, "complete": False}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
     with tempfile.TemporaryDirectory(prefix="relu2-compare-") as tmp, _environ(env_suites):
         scratch = Path(tmp)
+        info["suites"] = suite_names(benchmarks)
         with ruler(scratch) as r, sides(root, shas["base"], shas["head"], scratch, say) as (b, h):
             check_measured_env([b.measured, h.measured])
             folder.mkdir(exist_ok=True)
