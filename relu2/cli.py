@@ -326,7 +326,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         print(f"relu2 confirm: not re-measured: {', '.join(not_cells)} (a summary over Grid cells, not one cell; "
               "the gate still fails on it: confirm the cells it summarises with --cell)", file=sys.stderr)
     if not targets:
-        if not_cells:
+        if not_cells:  # only summaries: named above, work not done
+            print("relu2 confirm: nothing else to re-measure: the gate report flags no cell")
             return 1
         return _fail("confirm", "nothing to re-measure: no --cell, and " +
                      (f"{args.from_gate} flags no cell" if args.from_gate else "no --from-gate report"))

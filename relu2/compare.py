@@ -409,9 +409,9 @@ def _record(request: dict) -> int:
     for bench in disc_benchmarks(root):
         description = described[bench.name]
         values, samples, numbers = [], [], []
-        combos = list(itertools.product(*bench._params)) if bench._params else [()]
+        combos = list(itertools.product(*description["params"]))  # one empty combination without params
         for idx in range(len(combos)):
-            if bench._params:
+            if description["params"]:
                 bench.set_param_idx(idx)
             bench.set_cache(cache)
             value, sample, number = _run_one(bench, SkipNotImplemented, math.nan)
@@ -509,11 +509,13 @@ def _write_json(path: Path, data: dict) -> None:
 
 def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.PathLike | None = None,
             suites: Sequence[str] = (), rounds: int = DEFAULT_ROUNDS, machine: str | None = None,
-            device: str | None = None, say: Say = _stderr) -> Path:
+            device: str | None = None, cells: Sequence | None = None, say: Say = _stderr) -> Path:
     """Measure the commits ``base`` and ``head`` (git refs of ``repo``, default: the checkout around
     the current folder) on this machine in ``rounds`` interleaved rounds, every cell of ``suites``
     (default: all; ``RELU2_BENCH_QUICK``/``RELU2_BENCH_IMPLS`` narrow them as for asv), and write the
-    compare layout into the folder ``out`` (new or empty).  Returns ``out``.
+    compare layout into the folder ``out`` (new or empty).  Returns ``out``.  ``cells``
+    (relu2.schema.Cell objects of the chosen suites) measures only those: the folders then hold them,
+    and every other cell of the suites as skipped (n/a).
 
     UsageError (one line, nothing written) for bad input; RuntimeError when a round's process failed
     (``out`` then holds compare.json with ``complete: false``)."""
@@ -537,6 +539,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             "base": {"ref": base, "sha": shas["base"]}, "head": {"ref": head, "sha": shas["head"]},
             "rounds": rounds, "order": order(rounds), "suites": [],
             "narrowed": {k: os.environ[k] for k in NARROWING if os.environ.get(k, "").strip()},
+            "cells": None if cells is None else [c.describe() for c in cells],
             "instrument": git_commit(Path(__file__).resolve().parent.parent) or "", "started_at": _now(),
             "finished_at": None, "complete": False}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
@@ -547,7 +550,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             check_measured_env([b.measured, h.measured])
             folder.mkdir(exist_ok=True)
             _write_json(folder / COMPARE_FILE, info)
-            done = measure_sides(b, h, r, scratch, rounds, device, say=say)
+            done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say)
             for side in (b, h):
                 code, tail = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
                                                "rounds": [str(p) for p in done.rounds[side.name]],
