@@ -590,58 +590,21 @@ def default_out() -> Path:
 # --- the verdict -------------------------------------------------------------------------------------
 
 REPORT_FORMATS = {"text": "report.txt", "markdown": "report.md", "json": "report.json"}
-FALLBACK_FACTOR = 1.5  # --factor's default while no paired verdict is available (see judge)
 
 
 def judge(folder: str | os.PathLike, fmt: str = "text", *, factor: float | None = None,
-          noise_model: str | None = None) -> tuple[str, int]:
-    """The verdict on a compare folder in ``fmt``, and relu2 gate's exit status; every format is
-    written to ``folder/report.*``."""
-    return _judge_by_factor(Path(folder), fmt, factor or FALLBACK_FACTOR)
-
-
-def _judge_by_factor(folder: Path, fmt: str, factor: float) -> tuple[str, int]:
-    """relu2 gate with --factor on the two sides (each a machine of a merged results folder): head
-    slower than base by more than ``factor``, every head round slower than every base round."""
+          noise_model: str | os.PathLike | None = None) -> tuple[str, int]:
+    """The verdict on a compare folder (``relu2 gate --compare``: the paired rule, the same-box model
+    of this GPU, or ``factor``) in ``fmt``, and its exit status (relu2 gate's); every format is written
+    to ``folder/report.*``."""
     from relu2 import gate
+    from relu2.results import atomic_write_text
 
-    info = read_info(folder)
-    if not info.get("complete"):
-        raise UsageError(f"{folder}: the compare did not complete (compare.json: complete false): measure again")
-    with tempfile.TemporaryDirectory(prefix="relu2-judge-") as tmp:
-        merged = Path(tmp)
-        shutil.copy(folder / "head" / "benchmarks.json", merged / "benchmarks.json")
-        for side in SIDE_NAMES:
-            src, dest = folder / side / info["machine"], merged / side
-            dest.mkdir()
-            for path in src.glob("*.json"):
-                data = json.loads(path.read_text(encoding="utf-8"))
-                if path.name == "machine.json":
-                    data["machine"] = side
-                else:
-                    data["params"]["machine"] = side
-                (dest / path.name).write_text(json.dumps(data), encoding="utf-8")
-        report = gate.gate(merged, info["base"]["sha"], info["head"]["sha"], base_machine="base", head_machine="head",
-                           factor=factor)
-        label = (f"relu2 compare: judged by relu2 gate --factor {factor:g} on the paired rounds (no same-box "
-                 "noise model is wired yet)")
-        rendered = {f: report.render(f) for f in REPORT_FORMATS}
+    report = gate.gate_compare(folder, factor=factor, noise_model=noise_model)
+    rendered = {f: report.render(f) for f in REPORT_FORMATS}
     for f, name in REPORT_FORMATS.items():
-        text = rendered[f] if f != "text" else f"{label}\n{rendered[f]}"
-        (folder / name).write_text(text + "\n", encoding="utf-8")
-    return (f"{label}\n{rendered[fmt]}" if fmt == "text" else rendered[fmt]), report.exit_code
-
-
-def read_info(folder: str | os.PathLike) -> dict:
-    """``compare.json`` of a compare folder; UsageError when it is not one."""
-    path = Path(folder) / COMPARE_FILE
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: not a compare folder's record ({type(e).__name__})") from None
-    if not isinstance(info, dict) or info.get("format") != FORMAT:
-        raise UsageError(f"{path}: not format {FORMAT} of relu2 compare")
-    return info
+        atomic_write_text(Path(folder) / name, rendered[f] + "\n")
+    return rendered[fmt], report.exit_code
 
 
 def main(argv: Sequence[str]) -> int:

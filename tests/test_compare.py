@@ -19,6 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import make_fixture  # noqa: E402
 
 QUICK = {"RELU2_BENCH_QUICK": "1", "RELU2_BENCH_IMPLS": f"{make_fixture.PLANTED_IMPL},eager,copy"}
+# The CPU's same-box model was learned on a shared 2-core box (docs/results.md): it resolves less than
+# the planted 1.5x on these microsecond cells, so this test states its rule, 6 rounds and a factor.
+RULE = ("--rounds", "6", "--factor", "1.25")
 
 
 def _refused(argv: list[str], capsys, *expected: str) -> str:
@@ -118,17 +121,17 @@ def planted(tmp_path_factory) -> tuple[Path, str, str]:
 def test_an_aa_compare_writes_the_layout_and_passes(planted, tmp_path):
     repo, base, _ = planted
     out = tmp_path / "aa"
-    run = _compare(repo, base, base, out, "--rounds", "4")
+    run = _compare(repo, base, base, out, *RULE)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     info = json.loads((out / "compare.json").read_text())
-    assert (info["format"], info["rounds"], info["complete"], info["machine"]) == (1, 4, True, "ci")
+    assert (info["format"], info["rounds"], info["complete"], info["machine"]) == (1, 6, True, "ci")
     assert info["base"]["sha"] == info["head"]["sha"] == base and info["box"]
-    assert info["order"] == compare.order(4) and info["suites"] == ["Grid"]
+    assert info["order"] == compare.order(6) and info["suites"] == ["Grid"]
     for side in ("base", "head"):
         records = _records(out / side)
         timed = [r for r in records if r.benchmark.rsplit("_", 1)[-1] in ("hot", "cold", "launch")]
         assert {dict(r.params)["impl"] for r in timed} == {"planted", "eager", "copy"}
-        assert all(len(r.samples) == 4 for r in timed if r.status == "ok"), side  # one median a round
+        assert all(len(r.samples) == 6 for r in timed if r.status == "ok"), side  # one median a round
         assert all(r.status == "ok" for r in timed)
     assert (out / "report.json").is_file() and (out / "report.txt").is_file()
     assert subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True,
@@ -138,8 +141,9 @@ def test_an_aa_compare_writes_the_layout_and_passes(planted, tmp_path):
 @pytest.mark.slow
 def test_a_kernel_planted_slower_fails_the_compare_naming_only_its_cells(planted, tmp_path):
     repo, base, head = planted
-    run = _compare(repo, base, head, tmp_path / "ab", "--rounds", "4", "--format", "json")
+    run = _compare(repo, base, head, tmp_path / "ab", *RULE, "--format", "json")
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(run.stdout)
-    flagged = [c for c in report["regressions"]]
-    assert flagged and all(c["params"]["impl"] == "planted" for c in flagged), flagged
+    flagged = {(c["params"]["impl"], c["benchmark"].rsplit("_", 1)[-1]) for c in report["regressions"]}
+    assert flagged and {impl for impl, _ in flagged} == {"planted"}, report["regressions"]
+    assert json.loads((tmp_path / "ab" / "report.json").read_text())["exit_code"] == 1
