@@ -66,6 +66,16 @@ def test_an_instrument_named_from_outside_that_is_none_is_refused(tmp_path, caps
     _refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot"], capsys, "RELU2_INSTRUMENT")
 
 
+def test_a_measured_distribution_neither_side_builds_is_refused(monkeypatch):
+    from relu2.machine import UsageError
+
+    monkeypatch.setenv("RELU2_MEASURED", "nosuch-dist")
+    with pytest.raises(UsageError, match="nosuch-dist"):
+        compare.check_measured_env(["relu2-bench", "relu2-bench"])
+    monkeypatch.setenv("RELU2_MEASURED", "relu2_bench")  # the same distribution, spelled as pip allows
+    compare.check_measured_env(["relu2-bench"])
+
+
 @pytest.mark.parametrize("report, expected", [({}, "not a relu2 gate JSON report"),
                                               ({"regressions": []}, "flags no cell")])
 def test_confirm_refuses_a_report_with_nothing_to_measure(report, expected, tmp_path, capsys):
