@@ -384,12 +384,11 @@ def cross_box_seen(results_dirs: Sequence[str], exclude_boxes: Sequence[str] = (
     l2 = next((r.l2_bytes for r in mine if r.l2_bytes), None)
     if l2 is None:
         raise GateInputError(f"no L2 size known for {gpu!r}: record l2_bytes in machine.json")
-    widths = noise.widths_of(mine)
     seen = [noise.seen_in(a, b, l2, paired=False) for a, b in noise.cross_box_pairs(mine)]
     if not seen:
         raise GateInputError(f"no two boxes of {gpu} in one results folder in {', '.join(results_dirs)}: "
                              "nothing moved between boxes to learn from")
-    return seen, mine, {"gpu": gpu, "kind": noise.CROSS_BOX, "l2_bytes": l2, "widths": widths}
+    return seen, mine, {"gpu": gpu, "kind": noise.CROSS_BOX, "l2_bytes": l2, "book": noise.WidthBook(mine)}
 
 
 def same_box_seen(compare_dirs: Sequence[str]) -> tuple[list, list, dict]:
@@ -403,7 +402,7 @@ def same_box_seen(compare_dirs: Sequence[str]) -> tuple[list, list, dict]:
     if l2 is None:
         raise GateInputError(f"no L2 size known for {gpu or 'this machine'}: record l2_bytes in machine.json")
     seen = [noise.seen_in(a, b, l2, paired=True) for a, b in pairs]
-    return seen, [r for p in pairs for r in p], {"gpu": gpu, "kind": noise.SAME_BOX, "l2_bytes": l2, "widths": {}}
+    return seen, [r for p in pairs for r in p], {"gpu": gpu, "kind": noise.SAME_BOX, "l2_bytes": l2}
 
 
 def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box: Sequence[str] = (),
@@ -416,7 +415,7 @@ def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box
         else:
             seen, runs, fixed = cross_box_seen(results_dirs, exclude_boxes)
         sources = [*results_dirs, *same_box, *(f"without {b}" for b in exclude_boxes)]
-        model = noise.learn(seen, runs, sources=sources, command=command, **fixed)
+        model = noise.learn(seen, sources=sources, command=command, **fixed)
     except (ResultsError, noise.NoiseModelError) as e:
         raise GateInputError(str(e)) from None
     kept = []
@@ -477,7 +476,7 @@ def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
     comparisons: dict[tuple[str, str], dict] = {}
     groups: dict[tuple, dict] = {}
     for box in chosen:
-        model, cases = noise.held_out(seen, runs, box, **fixed)
+        model, cases = noise.held_out(seen, box, **fixed)
         for group, moved, base_s, width, log_ratio, name in cases:
             rule = Rule(True, math.exp(log_ratio), model.floor_s, width=width)
             c = comparisons.setdefault((box, name), {"held_out": box, "comparison": name, "gated": 0,

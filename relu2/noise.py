@@ -55,6 +55,7 @@ BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobod
 DETECTION = 0.90  # "resolution": the slowdown caught in at least this share of out-of-sample cases
 DEFAULT_FLOOR_S = 0.25e-6  # not learned: a slowdown of less than this is nothing anyone can act on
 TAIL_FROM = 0.90  # residuals below this (pair-weighted) quantile are read as recorded; the tail is fitted
+MIN_RATIO = 1.01  # no threshold below 1%: boxes move their references that much as a whole
 MIN_BOUND = 0.03  # a median reference move within 3% is a box's, whatever few pairs showed (boxes: <2%)
 CASES_KEPT = 300  # out-of-sample cases kept per group for the resolution
 CROSS_BOX, SAME_BOX = "cross-box", "same-box"
@@ -134,8 +135,8 @@ class Tail:
         """The head/base ratio unchanged code exceeds (slower) with probability ``p``."""
         both_ways = 2 * p  # residuals are |moves|: a slowdown is one side
         if both_ways >= 1 - TAIL_FROM:
-            return math.exp(self.knee)
-        return math.exp(self.knee + self.excess * math.log((1 - TAIL_FROM) / both_ways))
+            return max(MIN_RATIO, math.exp(self.knee))
+        return max(MIN_RATIO, math.exp(self.knee + self.excess * math.log((1 - TAIL_FROM) / both_ways)))
 
 
 def fit_tail(residuals_by_pair: Sequence[Sequence[float]]) -> Tail:
@@ -325,6 +326,27 @@ def width_key(m: Measurement) -> str:
     return "|".join((c.measure, c.impl, c.dtype, c.shape, extras, m.fingerprint))
 
 
+def run_identity(run: Run) -> tuple:
+    """What makes two runs one (a result file copied into another folder is the same run)."""
+    return (run.machine, run.commit, min((m.started_at for m in run.measurements), default=0))
+
+
+class WidthBook:
+    """Widths learned from ``runs`` less some boxes' runs (and their copies in other folders): a pair
+    of runs is judged at widths that its own rounds did not make, as the gate judges two new runs."""
+
+    def __init__(self, runs: Sequence[Run]) -> None:
+        self.runs = list(runs)
+        self._cache: dict[frozenset, dict[str, float]] = {}
+
+    def without(self, boxes: Iterable[str] = ()) -> dict[str, float]:
+        key = frozenset(boxes)
+        if key not in self._cache:
+            gone = {run_identity(r) for r in self.runs if r.box in key}
+            self._cache[key] = widths_of([r for r in self.runs if run_identity(r) not in gone])
+        return self._cache[key]
+
+
 def widths_of(runs: Sequence[Run]) -> dict[str, float]:
     """Per cell and kernel, how far its rounds spread between processes: log(q90/q10) of every round
     recorded for it by today's methods, over distinct runs (a run copied into two folders counts
@@ -356,9 +378,10 @@ class Observation:
     base_s: float
     own_width: float  # the base figure's own rounds' spread (cross-box)
     key: str  # its width_key
+    other_width: float = 0.0  # the head figure's: the base's when the pair is read the other way round
 
-    def width(self, widths: Mapping[str, float], typical: float = 0.0) -> float:
-        return max(widths.get(self.key, typical), self.own_width)
+    def width(self, widths: Mapping[str, float], typical: float = 0.0, reverse: bool = False) -> float:
+        return max(widths.get(self.key, typical), self.other_width if reverse else self.own_width)
 
 
 def observe(a: Run, b: Run, l2_bytes: int, paired: bool) -> list[Observation]:
@@ -378,7 +401,7 @@ def observe(a: Run, b: Run, l2_bytes: int, paired: bool) -> list[Observation]:
         group = group_of(x.cell, l2_bytes)
         moved = move(Figure.of(x), Figure.of(y), paired) - offsets.get((x.cell.measure, group[2]), 0.0)
         out.append(Observation(group, moved, float(x.value), 0.0 if paired else x.width,
-                               "" if paired else width_key(x)))
+                               "" if paired else width_key(x), 0.0 if paired else y.width))
     return out
 
 
@@ -402,33 +425,36 @@ def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
     return PairSeen((a.box, b.box), tuple(observe(a, b, l2_bytes, paired)), offsets, repicks)
 
 
-def typical_widths(seen: Sequence[PairSeen], widths: Mapping[str, float]) -> dict[tuple, float]:
-    """Per group, the median width of its recorded cells (what a cell with none recorded takes)."""
+def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, book: WidthBook | None = None,
+        exclude: Iterable[str] = (), budget: float = BUDGET, floor_s: float = DEFAULT_FLOOR_S,
+        sources: Iterable[str] = (), command: str = "") -> NoiseModel:
+    """The model of what ``seen`` moved beyond each cell's width (no out-of-sample cases: ``learn``
+    adds those).  A pair's residuals are taken at widths learned without its two boxes (``book``),
+    the model's widths without ``exclude``."""
+    exclude = frozenset(exclude)
+    cross = kind == CROSS_BOX and book is not None
+    widths = book.without(exclude) if cross else {}
+    typical: dict[tuple, float] = {}
     by: dict[tuple, list[float]] = {}
     for p in seen:
         for o in p.observations:
             if o.key in widths:
                 by.setdefault(o.group, []).append(widths[o.key])
-    return {g: quantile(v, 0.5) for g, v in by.items()}
-
-
-def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, widths: Mapping[str, float],
-        budget: float = BUDGET, floor_s: float = DEFAULT_FLOOR_S, sources: Iterable[str] = (),
-        command: str = "") -> NoiseModel:
-    """The model of what ``seen`` moved beyond each cell's width (no out-of-sample cases: ``learn``
-    adds those)."""
-    typical = typical_widths(seen, widths)
+    typical = {g: quantile(v, 0.5) for g, v in by.items()}
     by_group: dict[tuple[str, str, str], list[list[float]]] = {}
     for p in seen:
+        own = book.without(exclude | set(p.boxes)) if cross else {}
         mine: dict[tuple[str, str, str], list[float]] = {}
-        for o in p.observations:
-            mine.setdefault(o.group, []).append(max(0.0, abs(o.moved) - o.width(widths, typical.get(o.group, 0.0))))
+        for o in p.observations:  # both directions: each with its base's rounds
+            for reverse in (False, True):
+                mine.setdefault(o.group, []).append(
+                    max(0.0, abs(o.moved) - o.width(own, typical.get(o.group, 0.0), reverse)))
         for g, rs in mine.items():
             by_group.setdefault(g, []).append(rs)
     fits = []
     for g in sorted(by_group, key=_group_order):
         t = fit_tail(by_group[g])
-        fits.append(GroupFit(*g, cells=sum(map(len, by_group[g])), pairs=len(by_group[g]), knee=round(t.knee, 6),
+        fits.append(GroupFit(*g, cells=sum(map(len, by_group[g])) // 2, pairs=len(by_group[g]), knee=round(t.knee, 6),
                              excess=round(t.excess, 6), typical_width=round(typical.get(g, 0.0), 6)))
     moves: dict[tuple[str, str], list[float]] = {}
     for p in seen:
@@ -440,8 +466,7 @@ def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, widths:
     most = sorted(max(p.repicks) for p in seen if p.repicks)
     repick = round(math.exp(most[-2] if len(most) > 1 else 0.0) * 1.1, 3) if most else REPICK_BOUND
     return NoiseModel(gpu, kind, l2_bytes, budget, floor_s, tuple(fits), bounds,
-                      {k: round(v, 6) for k, v in widths.items()} if kind == CROSS_BOX else {},
-                      max(repick, REPICK_BOUND), tuple(sources), command)
+                      {k: round(v, 6) for k, v in widths.items()}, max(repick, REPICK_BOUND), tuple(sources), command)
 
 
 def _group_order(g: tuple[str, str, str]) -> tuple:
@@ -449,27 +474,28 @@ def _group_order(g: tuple[str, str, str]) -> tuple:
     return (FAMILY_NAMES.index(family) if family in FAMILY_NAMES else 99, mode, BAND_NAMES.index(band))
 
 
-def held_out(seen: Sequence[PairSeen], runs: Sequence[Run], box: str, **kwargs: Any) -> tuple[NoiseModel, list]:
+def held_out(seen: Sequence[PairSeen], box: str, **kwargs: Any) -> tuple[NoiseModel, list]:
     """The model learned without ``box`` (its pairs and its rounds' widths), and the cases of the pairs
     that include it, both directions: (group, move, base seconds, width, log ratio it had to exceed,
-    comparison: "<base box> -> <head box>")."""
-    if kwargs.get("kind") == CROSS_BOX:
-        kwargs = {**kwargs, "widths": widths_of([r for r in runs if r.box != box])}
-    model = fit([p for p in seen if box not in p.boxes], **kwargs)
+    comparison: "<base box> -> <head box>"), each at widths neither of its boxes made."""
+    model = fit([p for p in seen if box not in p.boxes], exclude={box}, **kwargs)
+    book = kwargs.get("book")
     cases = []
     for p in seen:
         if box not in p.boxes:
             continue
+        widths = book.without(p.boxes) if book is not None and model.kind == CROSS_BOX else {}
         gated = len(p.observations)
         for o in p.observations:
             ratio = model.ratio(o.group, gated)
             if ratio is None:
                 continue
-            fit_ = model.fit_for(o.group)
-            width = 0.0 if kwargs.get("kind") == SAME_BOX else o.width(model.widths, fit_.typical_width)
+            typical = model.fit_for(o.group).typical_width
+            cross = model.kind == CROSS_BOX
             a, b = p.boxes
-            for moved, base_s, name in ((o.moved, o.base_s, f"{a} -> {b}"),
-                                        (-o.moved, o.base_s * math.exp(o.moved), f"{b} -> {a}")):
+            for moved, base_s, name, reverse in ((o.moved, o.base_s, f"{a} -> {b}", False),
+                                                 (-o.moved, o.base_s * math.exp(o.moved), f"{b} -> {a}", True)):
+                width = o.width(widths, typical, reverse) if cross else 0.0
                 cases.append((o.group, moved, base_s, width, math.log(ratio), name))
     return model, cases
 
@@ -481,12 +507,12 @@ def even(cases: Sequence[tuple], n: int = CASES_KEPT) -> tuple[tuple[float, ...]
     return tuple((round(c[0], 6), float(f"{c[1]:.4g}"), round(c[2], 6), round(c[3], 6)) for c in picked)
 
 
-def learn(seen: Sequence[PairSeen], runs: Sequence[Run], **kwargs: Any) -> NoiseModel:
+def learn(seen: Sequence[PairSeen], **kwargs: Any) -> NoiseModel:
     """The model of every pair in ``seen``, with its out-of-sample cases (each box left out in turn)."""
     model = fit(seen, **kwargs)
     cases: dict[tuple, list[tuple]] = {}
     for box in sorted({b for p in seen for b in p.boxes}):
-        for c in held_out(seen, runs, box, **kwargs)[1]:
+        for c in held_out(seen, box, **kwargs)[1]:
             cases.setdefault(c[0], []).append(c[1:5])
     return replace(model, fits=tuple(replace(f, held_out=even(cases.get(f.key, ()))) for f in model.fits))
 

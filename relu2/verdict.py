@@ -120,7 +120,8 @@ def move(base: Figure, head: Figure, paired: bool = False) -> float:
 
 def is_slower(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> bool:
     """The rule: head's move (less ``offset``, how the box moved) beyond ``rule`` (its ratio times the
-    cell's width, or base's rounds' width if wider; cross-box only) and beyond its floor in seconds."""
+    cell's width, or base's rounds' width if wider; cross-box only) and beyond its floor in seconds.  Never
+    the head's rounds: a step in two rounds of three widens them."""
     moved = move(base, head, paired) - offset
     width = 0.0 if paired else base.width
     return moved > math.log(rule.needed(width)) and base.value * math.expm1(moved) > rule.floor_s

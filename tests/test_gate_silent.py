@@ -266,10 +266,11 @@ def test_the_model_learns_each_cell_s_width_from_its_rounds_and_fits_the_band_be
         pooled = [r for cells in rounds.values() for r in cells[impl]]
         assert by_impl[impl] == pytest.approx(math.log(quantile(pooled, 0.9) / quantile(pooled, 0.1)))
     seen = [noise.seen_in(a, b, 60 * 2**20, paired=False) for a, b in noise.cross_box_pairs(runs)]
-    model = noise.fit(seen, gpu="NVIDIA H200", kind=noise.CROSS_BOX, l2_bytes=60 * 2**20, widths=widths)
+    model = noise.fit(seen, gpu="NVIDIA H200", kind=noise.CROSS_BOX, l2_bytes=60 * 2**20, book=noise.WidthBook(runs))
+    assert model.widths == pytest.approx(widths, abs=1e-6)
     fit = model.fit_for(("references", "hot", "> 4x L2"))
     assert fit.pairs == 3 and fit.cells == 6 and fit.typical_width > 0
-    # eager moved 1.2% between a and b, well inside its width: nothing of it reaches the tail
+    # eager moved 1.2% between a and b, inside the width box c's rounds show: not in the tail's body
     assert fit.knee < math.log(1.01)
 
 
