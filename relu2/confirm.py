@@ -93,7 +93,7 @@ def parse_target(text: str) -> Target:
 def targets_from_gate(report: dict) -> list[Target]:
     """The flagged cells of ``relu2 gate --format json``'s report: its regressions, one target per
     measurement (a cell listed by several suites once)."""
-    from relu2.asv_results import DEFAULT_DTYPE
+    from relu2.asv_names import suite_dtype
     from relu2.schema import geometry
 
     out: dict[tuple, Target] = {}
@@ -102,7 +102,8 @@ def targets_from_gate(report: dict) -> list[Target]:
         if mode is None:
             continue
         numel, shape = geometry(params)
-        cell = Cell(params["impl"], params.get("dtype", DEFAULT_DTYPE), numel, parse_shape(shape))
+        dtype = params.get("dtype") or suite_dtype(change["benchmark"].rsplit(".", 1)[0])
+        cell = Cell(params["impl"], dtype, numel, parse_shape(shape))
         out.setdefault((cell, mode), Target(cell, mode, change["benchmark"], tuple(sorted(params.items()))))
     return list(out.values())
 
