@@ -46,6 +46,8 @@ DEFAULT_BUDGET = 3 * MIN_ROUNDS  # rounds one step may take before its answer is
 # The answers, as the output and the state file spell them.
 LIKE_GOOD, LIKE_BAD, UNKNOWN, SKIPPED = "like GOOD", "like BAD", "unknown", "skipped"
 MOVED, NOT_REPRODUCED = "moved", "not reproduced"
+# What the search says of a cell.
+CULPRIT, RANGE, NOT_MEASURED = "culprit", "range", "not measured"
 # What a pair of sides did, as ``pair`` says it.
 SLOWER, FASTER, SAME, UNCLEAR = 1, -1, 0, None
 
@@ -81,9 +83,12 @@ def direction(good: Sequence[float], bad: Sequence[float], factor: float) -> int
     return moved if moved in (SLOWER, FASTER) else 0
 
 
-def answer(good: Sequence[float], probe: Sequence[float], bad: Sequence[float], way: int, factor: float) -> str:
-    """A probe's answer for one cell whose BAD moved ``way`` from GOOD: LIKE_GOOD, LIKE_BAD or UNKNOWN."""
-    from_good, to_bad = pair(good, probe, factor), pair(probe, bad, factor)
+def answer(good: Sequence[float], probe: Sequence[float], probe_b: Sequence[float], bad: Sequence[float], way: int,
+           factor: float) -> str:
+    """A probe's answer for one cell whose BAD moved ``way`` from GOOD: LIKE_GOOD, LIKE_BAD or UNKNOWN;
+    from two paired comparisons, ``good`` beside ``probe`` and ``probe_b`` beside ``bad`` (the same
+    commit measured in each)."""
+    from_good, to_bad = pair(good, probe, factor), pair(probe_b, bad, factor)
     if from_good == way and to_bad not in (way, UNCLEAR):
         return LIKE_BAD
     if to_bad == way and from_good not in (way, UNCLEAR):
@@ -203,7 +208,7 @@ class Finding:
     """What the search says about one cell."""
 
     cell: str
-    verdict: str  # "culprit", "range" or NOT_REPRODUCED
+    verdict: str  # CULPRIT, RANGE, NOT_REPRODUCED or NOT_MEASURED (at GOOD or BAD)
     first_bad: str = ""  # the culprit (verdict "culprit"), or the last commit of the range
     last_good: str = ""  # its parent, the last commit like GOOD
     candidates: list[str] = field(default_factory=list)  # the range: every commit the culprit may be
@@ -216,10 +221,14 @@ def findings(commits: Sequence[str], tracks: Mapping[str, Track], steps: Sequenc
     out = []
     for track in tracks.values():
         if not track.way:
-            out.append(Finding(track.cell, NOT_REPRODUCED, figures={"step 0": _figures_of(track.cell, 0, steps)}))
+            first = steps[0].cells.get(track.cell) if steps else None
+            if first is not None and first.answer == SKIPPED:
+                out.append(Finding(track.cell, NOT_MEASURED, skipped=[{"commit": "", "reason": first.reason}]))
+            else:
+                out.append(Finding(track.cell, NOT_REPRODUCED, figures={"step 0": _figures_of(track.cell, 0, steps)}))
             continue
         between = [(i, why) for i, why in sorted(track.skipped) if track.lo < i < track.hi]
-        verdict = "range" if between else "culprit"
+        verdict = RANGE if between else CULPRIT
         out.append(Finding(
             track.cell, verdict, commits[track.hi], commits[track.lo],
             candidates=list(commits[track.lo + 1:track.hi + 1]),
@@ -250,9 +259,11 @@ def _figures_of(cell: str, index: int, steps: Sequence[Step], last: int = -1) ->
 
 
 def exit_code(found: Sequence[Finding]) -> int:
-    """0 when a culprit (or a range of unmeasurable commits) is named for a cell, 1 when no cell's step
-    was reproduced between GOOD and BAD."""
-    return 0 if any(f.verdict != NOT_REPRODUCED for f in found) else 1
+    """0 when a culprit (or a range of unmeasurable commits) is named for a cell; 1 when no cell's step
+    was reproduced between GOOD and BAD; 2 when no cell could be measured at GOOD and BAD."""
+    if any(f.verdict in (CULPRIT, RANGE) for f in found):
+        return 0
+    return 1 if any(f.verdict == NOT_REPRODUCED for f in found) else 2
 
 
 # --- measuring one step ---------------------------------------------------------------------------
@@ -263,8 +274,10 @@ class Unmeasurable(Exception):
 
 
 # (sides: commits in the order GOOD, [probe,] BAD; cells; rounds; the first round's number)
-#   -> per cell, per side, the median of each round measured ok, or the reason a round failed.
+#   -> per cell, the medians of each round measured ok (or the reason a round failed) of: GOOD and BAD
+#   (step 0); GOOD, the probe beside GOOD, the probe beside BAD, BAD (a probe: two paired comparisons).
 Oracle = Callable[[Sequence[str], Sequence[str], int, int], dict[str, list[list[float] | str]]]
+FIGURES_OF_A_PROBE = 4
 
 
 def measure_step(oracle: Oracle, sides: Sequence[str], cells: Sequence[str],
@@ -272,7 +285,8 @@ def measure_step(oracle: Oracle, sides: Sequence[str], cells: Sequence[str],
     """Measure ``cells`` on ``sides``, MIN_ROUNDS rounds at a time, until every cell's answer
     (``judge(cell, figures)``) is known or ``budget`` rounds are spent; each cell's CellStep and the
     rounds taken.  A side whose round failed for a cell skips that cell, with the reason."""
-    figures: dict[str, list[list[float]]] = {c: [[] for _ in sides] for c in cells}
+    width = 2 if len(sides) == 2 else FIGURES_OF_A_PROBE
+    figures: dict[str, list[list[float]]] = {c: [[] for _ in range(width)] for c in cells}
     done: dict[str, CellStep] = {}
     rounds = 0
     while rounds < budget:
@@ -282,7 +296,7 @@ def measure_step(oracle: Oracle, sides: Sequence[str], cells: Sequence[str],
         got = oracle(sides, todo, min(MIN_ROUNDS, budget - rounds), rounds)
         rounds += min(MIN_ROUNDS, budget - rounds)
         for cell in todo:
-            per_side = got.get(cell) or ["not measured"] * len(sides)
+            per_side = got.get(cell) or ["not measured"] * width
             failed = next((s for s in per_side if isinstance(s, str)), "")
             for mine, new in zip(figures[cell], per_side):
                 mine.extend(new if not isinstance(new, str) else [])
@@ -353,8 +367,14 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
     if not steps:
         started = time.monotonic()
         sides = [plan.commits[0], plan.commits[last]]
-        cells, rounds = measure_step(oracle, sides, plan.cells, lambda _, f: reproduced(f[0], f[1], plan.factor),
-                                     plan.budget)
+        say(f"relu2 bisect: step 0: GOOD beside BAD, {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}")
+        try:
+            cells, rounds = measure_step(oracle, sides, plan.cells, lambda _, f: reproduced(f[0], f[1], plan.factor),
+                                         plan.budget)
+        except Unmeasurable as e:
+            from relu2.machine import UsageError
+
+            raise UsageError(f"GOOD or BAD cannot be measured: {e}") from None
         steps.append(Step(0, last, plan.commits[last], rounds, time.monotonic() - started, cells=cells))
         save_steps(plan, steps, state)
         say(progress_line(steps[-1], plan))
@@ -366,10 +386,12 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
         index, cells = probe
         started, commit = time.monotonic(), plan.commits[index]
         sides = [plan.commits[0], commit, plan.commits[last]]
+        say(f"relu2 bisect: step {len(steps)}: {commit[:10]} (#{index} of {last}) beside GOOD, then beside BAD, "
+            f"{len(cells)} cell{'s' * (len(cells) != 1)}")
         try:
             done, rounds = measure_step(
                 oracle, sides, cells, budget=plan.budget,
-                judge=lambda cell, f: answer(f[0], f[1], f[2], tracks[cell].way or 0, plan.factor))
+                judge=lambda cell, f: answer(f[0], f[1], f[2], f[3], tracks[cell].way or 0, plan.factor))
             step = Step(len(steps), index, commit, rounds, time.monotonic() - started, cells=done)
         except Unmeasurable as e:
             step = Step(len(steps), index, commit, 0, time.monotonic() - started, reason=str(e))
@@ -386,3 +408,217 @@ def progress_line(step: Step, plan: Plan) -> str:
     said = "; ".join(f"{cell} {c.answer}" + (f" ({c.reason})" if c.reason and c.answer == SKIPPED else "")
                      for cell, c in step.cells.items())
     return f"{head} {said} ({step.rounds} rounds, {step.seconds:.0f} s)"
+
+
+# --- the range and the cells, decoded once at the edge ------------------------------------------------
+
+
+def cell_name(target) -> str:
+    """``IMPL:DTYPE:SHAPE:MODE``, as --cell takes it and the output names it."""
+    return f"{target.cell.impl}:{target.cell.dtype}:{target.cell.shape_str}:{target.mode}"
+
+
+def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
+    """GOOD, then the first-parent commits after it up to BAD (full hashes); UsageError when GOOD is
+    not an ancestor of BAD, or is BAD."""
+    from relu2.machine import UsageError
+
+    good_sha, bad_sha = resolve(repo, good), resolve(repo, bad)
+    if good_sha == bad_sha:
+        raise UsageError(f"GOOD and BAD are the same commit ({good_sha[:10]}): nothing to bisect")
+    if _run_git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha).returncode != 0:
+        raise UsageError(f"GOOD {good} ({good_sha[:10]}) is not an ancestor of BAD {bad} ({bad_sha[:10]})")
+    after = _run_git(repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").stdout.split()
+    return [good_sha, *after]
+
+
+def resolve(repo: Path, ref: str) -> str:
+    """The full hash of the commit ``ref`` names in ``repo``; UsageError in one line when none."""
+    from relu2.machine import UsageError
+
+    run = _run_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    if run.returncode != 0 or not ref or ref.startswith("-"):
+        raise UsageError(f"{ref!r} names no commit of {repo}")
+    return run.stdout.strip()
+
+
+def subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
+    """Each commit's subject line."""
+    out = _run_git(repo, "log", "--no-walk=unsorted", "--format=%H %s", *commits).stdout
+    return dict(line.split(" ", 1) if " " in line else (line, "") for line in out.splitlines())
+
+
+def _run_git(repo: Path, *args: str):
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+
+
+def default_state(repo: Path, commits: Sequence[str], cells: Sequence[str]) -> Path:
+    """Where a bisection keeps its steps unless told: in the repository's git folder (as git bisect
+    does), named by its range and cells, so the same command run again resumes it."""
+    import hashlib
+
+    common = Path(_run_git(repo, "rev-parse", "--git-common-dir").stdout.strip())
+    common = common if common.is_absolute() else repo / common
+    key = hashlib.sha256("\n".join([*commits, *cells]).encode()).hexdigest()[:8]
+    return common / "relu2-bisect" / f"{commits[0][:8]}-{commits[-1][:8]}-{key}.json"
+
+
+# --- the real oracle: two relu2 confirm comparisons a probe ----------------------------------------
+
+
+def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Oracle:
+    """The Oracle that measures with ``relu2 confirm`` (relu2 compare's mechanism: worktrees of both
+    commits, this checkout's instrument, interleaved rounds of a fresh process per side): step 0 one
+    comparison, GOOD beside BAD; a probe two, GOOD beside it and it beside BAD.  A probe that does not
+    declare the interface or does not build is Unmeasurable."""
+    from relu2.asv_run import declared_implementations
+    from relu2.machine import UsageError
+
+    def compared(base: str, head: str, cells: Sequence[str], rounds: int) -> dict[str, tuple]:
+        from relu2 import confirm
+
+        report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False,
+                                 **_measured_kw(confirm.confirm, repo, head))
+        by_key = {f"{c['impl']}:{c['dtype']}:{c['shape']}:{c['mode']}": c for c in report["cells"]}
+        return {cell: (_side(by_key.get(cell), "base", base), _side(by_key.get(cell), "head", head))
+                for cell in cells}
+
+    def oracle(sides: Sequence[str], cells: Sequence[str], rounds: int, first: int) -> dict[str, list]:
+        if len(sides) == 2:
+            return {cell: list(pairs) for cell, pairs in compared(sides[0], sides[1], cells, rounds).items()}
+        good, probe, bad = sides
+        why = declared_implementations(repo, probe)[1]
+        if why:
+            raise Unmeasurable(why)
+        try:
+            before = compared(good, probe, cells, rounds)
+        except UsageError as e:  # the probe does not install, or cannot run a cell's implementation here
+            raise Unmeasurable(_unmeasurable(str(e))) from None
+        after = compared(probe, bad, cells, rounds)
+        return {cell: [*before[cell], *after[cell]] for cell in cells}
+
+    return oracle
+
+
+def _side(cell: Mapping | None, side: str, commit: str) -> list[float] | str:
+    """One side's rounds of a confirm report's cell, or why it has none."""
+    if cell is None:
+        return f"not measured at {commit[:10]}"
+    status = cell[f"{side}_status"]
+    return list(cell[f"{side}_rounds"]) if status == "ok" else f"{status} at {commit[:10]}"
+
+
+def _unmeasurable(message: str) -> str:
+    """confirm's refusal, said as a skip: "does not build: ..." for an install that failed."""
+    head, _, why = message.partition(" does not install: ")
+    return f"does not build: {why}" if why else message
+
+
+def _measured_kw(confirm_fn: Callable, repo: Path, commit: str) -> dict[str, str]:
+    """``measured=`` for main's relu2 confirm, which takes the distribution under test (relu2 compare's
+    derives it from each side's pyproject.toml and takes no such argument)."""
+    import inspect
+    import tomllib
+
+    if "measured" not in inspect.signature(confirm_fn).parameters:
+        return {}
+    return {"measured": tomllib.loads(_run_git(repo, "show", f"{commit}:pyproject.toml").stdout)["project"]["name"]}
+
+
+# --- the command --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """A bisection as the command shows it."""
+
+    repo: str
+    plan: Plan
+    steps: list[Step]
+    findings: list[Finding]
+    subjects: dict[str, str]
+    state: str
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.findings)
+
+    def as_json(self) -> dict:
+        return {"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
+                "commits": self.plan.commits, "factor": self.plan.factor, "budget": self.plan.budget,
+                "measured_steps": sum(s.measured for s in self.steps), "state": self.state,
+                "cells": [asdict(f) for f in self.findings], "steps": [asdict(s) for s in self.steps],
+                "exit": self.exit_code}
+
+
+def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float = DEFAULT_FACTOR,
+        budget: int = DEFAULT_BUDGET, state: Path | None = None, device: str = "cpu",
+        progress: Callable[[str], None] | None = None) -> Report:
+    """Bisect GOOD..BAD of ``repo`` on ``targets`` (confirm.Target), measuring with relu2 confirm's
+    rounds; resumes from ``state`` (default: in the repository's git folder)."""
+    by_name = {cell_name(t): t for t in targets}
+    plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor, budget)
+    state = state or default_state(repo, plan.commits, plan.cells)
+    steps = load_steps(plan, state)
+    say = progress or (lambda line: None)
+    say(f"relu2 bisect: {len(plan.commits) - 1} commits after GOOD {plan.commits[0][:10]} up to BAD "
+        f"{plan.commits[-1][:10]} (first parent), {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}; state {state}"
+        + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
+    steps = search(plan, confirm_oracle(repo, by_name, device), steps, state, say)
+    tracks = replay(plan.cells, len(plan.commits), steps, plan.factor)
+    return Report(str(repo), plan, steps, findings(plan.commits, tracks, steps), subjects(repo, plan.commits),
+                  str(state))
+
+
+def format_text(report: Report) -> str:
+    """The answer per cell (the culprit with its figures and its parent's, or the range), then the steps."""
+    from relu2.schema import format_seconds
+
+    commits, names = report.plan.commits, report.subjects
+    index = {c: i for i, c in enumerate(commits)}
+
+    def commit(sha: str) -> str:
+        return f"{sha[:10]} (#{index[sha]} of {len(commits) - 1}) {names.get(sha, '')}".rstrip()
+
+    def figure(label: str, f: Mapping) -> str:
+        if not f:
+            return f"    {label}: not measured"
+        return (f"    {label}: {format_seconds(f['median_s'])}, {f['vs_good']:.2f}x GOOD (step {f['step']}, "
+                f"{f['rounds']} rounds: GOOD {format_seconds(f['good_s'])}, BAD {format_seconds(f['bad_s'])})")
+
+    measured = sum(s.measured for s in report.steps)
+    skipped = len(report.steps) - measured
+    lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} commits, "
+             f"{measured} measured steps" + (f", {skipped} commits skipped unmeasured" if skipped else "")
+             + f", paired factor {report.plan.factor:g}, at most {report.plan.budget} rounds a step"]
+    for f in report.findings:
+        if f.verdict == CULPRIT:
+            lines += [f"{f.cell}: the first commit like BAD is {commit(f.first_bad)}",
+                      figure("it    ", f.figures.get("first_bad", {})),
+                      figure("parent", f.figures.get("last_good", {})) + f"  {f.last_good[:10]}"]
+        elif f.verdict == RANGE:
+            lines += [f"{f.cell}: the first commit like BAD is one of {len(f.candidates)}, after {commit(f.last_good)}:"]
+            lines += [f"    {commit(c)}" + next((f": skipped, {s['reason']}" for s in f.skipped if s["commit"] == c),
+                                                ": like BAD" if c == f.first_bad else "") for c in f.candidates]
+            lines += [figure("last like BAD ", f.figures.get("first_bad", {})),
+                      figure("last like GOOD", f.figures.get("last_good", {}))]
+        elif f.verdict == NOT_REPRODUCED:
+            step0 = f.figures.get("step 0", {})
+            ratio = step0.get("bad_s", float("nan")) / step0.get("good_s", float("nan")) if step0 else float("nan")
+            lines.append(f"{f.cell}: not reproduced: BAD is {ratio:.2f}x GOOD on this machine, within the "
+                         f"factor {report.plan.factor:g} or unclear after the budget")
+        else:
+            lines.append(f"{f.cell}: not measured at GOOD or BAD: {f.skipped[0]['reason'] if f.skipped else '?'}")
+    lines.append("steps:")
+    for s in report.steps:
+        what = "GOOD vs BAD" if s.number == 0 else f"probe {commit(s.commit)}"
+        if s.reason:
+            lines.append(f"  {s.number}  {what}: skipped, {s.reason}")
+            continue
+        lines.append(f"  {s.number}  {what} ({s.rounds} rounds, {s.seconds:.0f} s)")
+        for cell, c in s.cells.items():
+            medians = "  ".join(format_seconds(statistics.median(x)) if x else "-" for x in c.figures)
+            lines.append(f"       {cell}: {c.answer}" + (f" ({c.reason})" if c.reason else "") + f"  [{medians}]")
+    return "\n".join(lines)

@@ -38,7 +38,8 @@ class FakeBox:
                     per_side.append(self.failed[(cell, i)])
                     continue
                 per_side.append([self.times[cell][i] * (1 + self.wobble * (-1) ** (r + k)) for r in range(first, first + rounds)])
-            out[cell] = per_side
+            # two paired comparisons: GOOD beside the probe, the probe beside BAD
+            out[cell] = per_side if len(sides) == 2 else [per_side[0], per_side[1], list(per_side[1]), per_side[2]]
         return out
 
     @property
@@ -80,12 +81,16 @@ def pair_of(a, b):
 
 def test_the_three_answers():
     good, bad = [1.0] * 3, [1.5] * 3
-    assert bisect.answer(good, [1.0] * 3, bad, SLOWER, 1.2) == LIKE_GOOD
-    assert bisect.answer(good, [1.5] * 3, bad, SLOWER, 1.2) == LIKE_BAD
-    assert bisect.answer(good, [1.22] * 3, bad, SLOWER, 1.2) == UNKNOWN  # halfway: both moved
-    assert bisect.answer(good, [1.3, 1.0, 1.5], bad, SLOWER, 1.2) == UNKNOWN  # rounds disagree
-    # an improvement bisected the same way
-    assert bisect.answer(bad, [1.0] * 3, good, FASTER, 1.2) == LIKE_BAD
+    def answer(probe, way=SLOWER, good=good, bad=bad):
+        return bisect.answer(good, probe, probe, bad, way, 1.2)
+
+    assert answer([1.0] * 3) == LIKE_GOOD
+    assert answer([1.5] * 3) == LIKE_BAD
+    assert answer([1.3] * 3, good=[1.0] * 3, bad=[1.69] * 3) == UNKNOWN  # halfway: both moved
+    assert answer([1.3, 1.0, 1.5]) == UNKNOWN  # rounds disagree
+    assert answer([1.0] * 3, FASTER, good=bad, bad=good) == LIKE_BAD  # an improvement bisected the same way
+    # each comparison read in its own pairing: the box slower as a whole in the second
+    assert bisect.answer(good, [1.5] * 3, [3.0] * 3, [3.0] * 3, SLOWER, 1.2) == LIKE_BAD
 
 
 # --- the search -------------------------------------------------------------------------------------
@@ -208,3 +213,136 @@ def test_a_state_file_of_another_bisection_is_refused(tmp_path):
     state.write_text("{not json")
     with pytest.raises(UsageError, match="not a relu2 bisect state file"):
         bisect.load_steps(Plan(COMMITS, [TOY]), state)
+
+
+# --- the command on a fixture repository, measured for real ---------------------------------------------
+
+PYPROJECT = '''[build-system]
+requires = ["setuptools>=77", "wheel"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "toykernel"
+version = "0.1.0"
+
+[project.entry-points."relu2.implementations"]
+{entry_points}
+'''
+
+IMPL = '''
+
+def {name}_relu_squared(x):
+    # the result of every commit
+{extra}    return torch.square(torch.relu(x))
+
+
+def {name}():
+    return Implementation("{name}", {name}_relu_squared, description="a kernel of the fixture repository")
+'''
+SLOW_LINE = "    torch.relu(x)  # the planted slowdown: relu computed twice, the result the same (about 1.5x)\n"
+BROKEN_SETUP = 'raise SystemExit("the planted broken build")\n'
+CELL_SIZE = 131072  # 512 KiB of float32: the extra relu costs about half again; at 1 MiB, on a loaded box,
+# the two 1 MiB allocations of a call took 1.4-2.5 ms against 75 µs for one (malloc returning them to the system)
+
+
+def fixture_repo(where: Path, count: int, slowed: dict[int, str], impls: tuple[str, ...] = ("toy",),
+                 comment_only: int | None = None, broken: int | None = None) -> list[str]:
+    """A git repository of the package ``toykernel`` declaring ``impls`` through interface 1, with
+    ``count`` commits (numbered from 1): from commit n of ``slowed`` (n -> impl) on, that impl computes
+    relu twice; commit ``comment_only`` changes only a comment; commit ``broken`` does not build (a
+    setup.py that exits), the next builds again. The commit hashes, oldest first."""
+    from test_history import git
+
+    where.mkdir()
+    git(where, "init", "-q", "-b", "main")
+    (where / "pyproject.toml").write_text(PYPROJECT.format(
+        entry_points="\n".join(f'{name} = "toykernel:{name}"' for name in impls)))
+    commits = []
+    for n in range(1, count + 1):
+        slow = {impl for at, impl in slowed.items() if n >= at}
+        comment = "# relu² kernels of the fixture" + (", said again" if comment_only and n >= comment_only else "")
+        body = "".join(IMPL.format(name=name, extra=SLOW_LINE if name in slow else "") for name in impls)
+        (where / "toykernel.py").write_text(f"{comment}\nimport torch\nfrom relu2.interface import Implementation\n{body}")
+        setup = where / "setup.py"
+        if n == broken:
+            setup.write_text(BROKEN_SETUP)
+        elif setup.exists():
+            setup.unlink()
+        if n != comment_only:
+            (where / "NOTES").write_text(f"commit {n}\n")
+        git(where, "add", "-A")
+        git(where, "commit", "-qm", f"commit {n}" + (f": {', '.join(i for a, i in slowed.items() if a == n)} slower"
+                                                     if n in slowed else ""))
+        commits.append(git(where, "rev-parse", "HEAD"))
+    return commits
+
+
+def relu2_bisect(*args: str, cwd: Path | None = None):
+    import os
+    import subprocess
+    import sys
+
+    # One thread a process: on a box of 2 shared cores, torch's two intra-op threads wait on each other
+    # whenever one is descheduled, and a 100 µs call then takes a scheduler tick (seen: 28-116 ms).
+    return subprocess.run([sys.executable, "-m", "relu2", "bisect", *args, "--device", "cpu"], cwd=cwd,
+                          capture_output=True, text=True, timeout=1500, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+@pytest.mark.slow
+def test_bisect_names_the_sixth_of_nine_commits_in_four_measured_steps(tmp_path):
+    """9 commits: the 3rd changes only a comment, the 6th makes toy about 1.5x slower (bitwise the same)."""
+    repo = tmp_path / "toykernel"
+    commits = fixture_repo(repo, 9, {6: "toy"}, comment_only=3)
+    cell, state = f"toy:float32:{CELL_SIZE}:hot", tmp_path / "state.json"
+    run = relu2_bisect(commits[0], commits[-1], "--repo", str(repo), "--cell", cell, "--state", str(state),
+                       "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    (found,) = report["cells"]
+    assert (found["verdict"], found["first_bad"], found["last_good"]) == ("culprit", commits[5], commits[4]), \
+        run.stderr
+    assert report["measured_steps"] <= 4, run.stderr
+    assert found["figures"]["first_bad"]["vs_good"] > 1.2 > found["figures"]["last_good"]["vs_good"], found
+    assert "relu2 bisect: step 1" in run.stderr  # progress as it goes
+    assert repo.joinpath(".git", "worktrees").exists() is False or not any(repo.joinpath(".git", "worktrees").iterdir())
+    # The same command again: the state file answers, nothing is measured again
+    again = relu2_bisect(commits[0], commits[-1], "--repo", str(repo), "--cell", cell, "--state", str(state),
+                         cwd=tmp_path)
+    assert again.returncode == 0 and "resuming after" in again.stderr and "step 1" not in again.stderr, again.stderr
+    assert f"the first commit like BAD is {commits[5][:10]}" in again.stdout, again.stdout
+
+
+@pytest.mark.slow
+def test_bisect_names_two_culprits_apart_and_skips_a_commit_that_does_not_build(tmp_path):
+    """6 commits: toy slower from the 2nd, toy2 from the 5th, the 3rd does not build."""
+    repo = tmp_path / "toykernel"
+    commits = fixture_repo(repo, 6, {2: "toy", 5: "toy2"}, impls=("toy", "toy2"), broken=3)
+    run = relu2_bisect(commits[0], commits[-1], "--repo", str(repo), "--cell", f"toy:float32:{CELL_SIZE}:hot",
+                       "--cell", f"toy2:float32:{CELL_SIZE}:hot", "--state", str(tmp_path / "state.json"),
+                       "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    by = {c["cell"].split(":")[0]: c for c in report["cells"]}
+    assert (by["toy"]["verdict"], by["toy"]["first_bad"]) == ("culprit", commits[1]), run.stderr
+    assert (by["toy2"]["verdict"], by["toy2"]["first_bad"]) == ("culprit", commits[4]), run.stderr
+    skipped = [s for s in report["steps"] if s["reason"]]
+    assert [s["commit"] for s in skipped] == [commits[2]] and "does not build" in skipped[0]["reason"], report["steps"]
+    assert f"step {skipped[0]['number']} {commits[2][:10]} skipped: does not build" in run.stderr
+
+
+def test_unusable_input_is_one_line_and_exit_2(tmp_path):
+    """Refused before anything is measured: no cell, a ref that names nothing, GOOD not before BAD, a
+    gate report that is not one, a budget below the rounds a step needs."""
+    repo = tmp_path / "toykernel"
+    commits = fixture_repo(repo, 3, {})
+    cell = ("--cell", f"toy:float32:{CELL_SIZE}:hot")
+    for args, said in [((commits[0], commits[2]), "no cell to follow"),
+                       ((commits[0], "no-such-ref", *cell), "no-such-ref"),
+                       ((commits[2], commits[0], *cell), "is not an ancestor of BAD"),
+                       ((commits[1], commits[1], *cell), "the same commit"),
+                       ((commits[0], commits[2], "--from-gate", str(tmp_path / "absent.json")), "not a relu2 gate"),
+                       ((commits[0], commits[2], *cell, "--budget", "2"), "must be >= 3")]:
+        run = relu2_bisect(*args, "--repo", str(repo), cwd=tmp_path)
+        # the reason on the last line (argparse's refusals come after its usage text, as for every subcommand)
+        assert run.returncode == 2 and said in run.stderr.strip().splitlines()[-1] and not run.stdout, (args, run.stderr)
+    assert not (repo / ".git" / "relu2-bisect").exists()  # nothing written
