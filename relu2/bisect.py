@@ -1,9 +1,9 @@
 """``relu2 bisect``: from "the figures stepped somewhere between GOOD and BAD" to the commit.
 
 The first-parent commits from GOOD to BAD are searched as ``git bisect`` does, but every step is a
-measurement: the probe commit is measured on this machine in interleaved rounds beside GOOD and BAD
-themselves (each round a fresh process a side, the order alternating), and each cell gets one of
-three answers:
+measurement on this machine: the probe commit beside GOOD, then beside BAD (two paired comparisons,
+``relu2 confirm``'s: interleaved rounds, each a fresh process a side, the order alternating), and
+each cell gets one of three answers:
 
 * **like GOOD**: BAD moved away from the probe, the probe did not move away from GOOD;
 * **like BAD**: the probe moved away from GOOD the way BAD did, BAD did not move further;
@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
