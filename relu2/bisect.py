@@ -584,25 +584,25 @@ def format_text(report: Report) -> str:
     def figure(label: str, f: Mapping) -> str:
         if not f:
             return f"    {label}: not measured"
-        return (f"    {label}: {format_seconds(f['median_s'])}, {f['vs_good']:.2f}x GOOD (step {f['step']}, "
+        return (f"    {label} {format_seconds(f['median_s'])}, {f['vs_good']:.2f}x GOOD (step {f['step']}, "
                 f"{f['rounds']} rounds: GOOD {format_seconds(f['good_s'])}, BAD {format_seconds(f['bad_s'])})")
 
     measured = sum(s.measured for s in report.steps)
     skipped = len(report.steps) - measured
     lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} commits, "
-             f"{measured} measured steps" + (f", {skipped} commits skipped unmeasured" if skipped else "")
+             f"{measured} measured steps" + (f", {skipped} skipped unmeasured" if skipped else "")
              + f", paired factor {report.plan.factor:g}, at most {report.plan.budget} rounds a step"]
     for f in report.findings:
         if f.verdict == CULPRIT:
             lines += [f"{f.cell}: the first commit like BAD is {commit(f.first_bad)}",
-                      figure("it    ", f.figures.get("first_bad", {})),
-                      figure("parent", f.figures.get("last_good", {})) + f"  {f.last_good[:10]}"]
+                      figure("it:", f.figures.get("first_bad", {})),
+                      figure(f"its parent {f.last_good[:10]}:", f.figures.get("last_good", {}))]
         elif f.verdict == RANGE:
             lines += [f"{f.cell}: the first commit like BAD is one of {len(f.candidates)}, after {commit(f.last_good)}:"]
             lines += [f"    {commit(c)}" + next((f": skipped, {s['reason']}" for s in f.skipped if s["commit"] == c),
                                                 ": like BAD" if c == f.first_bad else "") for c in f.candidates]
-            lines += [figure("last like BAD ", f.figures.get("first_bad", {})),
-                      figure("last like GOOD", f.figures.get("last_good", {}))]
+            lines += [figure(f"like BAD, {f.first_bad[:10]}:", f.figures.get("first_bad", {})),
+                      figure(f"like GOOD, {f.last_good[:10]}:", f.figures.get("last_good", {}))]
         elif f.verdict == NOT_REPRODUCED:
             step0 = f.figures.get("step 0", {})
             ratio = step0.get("bad_s", float("nan")) / step0.get("good_s", float("nan")) if step0 else float("nan")
@@ -618,6 +618,8 @@ def format_text(report: Report) -> str:
             continue
         lines.append(f"  {s.number}  {what} ({s.rounds} rounds, {s.seconds:.0f} s)")
         for cell, c in s.cells.items():
-            medians = "  ".join(format_seconds(statistics.median(x)) if x else "-" for x in c.figures)
-            lines.append(f"       {cell}: {c.answer}" + (f" ({c.reason})" if c.reason else "") + f"  [{medians}]")
+            medians = [format_seconds(statistics.median(x)) if x else "-" for x in c.figures]
+            shown = (f"GOOD {medians[0]}, BAD {medians[1]}" if len(medians) == 2 else
+                     f"GOOD {medians[0]}, it {medians[1]} | it {medians[2]}, BAD {medians[3]}" if len(medians) == 4 else "")
+            lines.append(f"       {cell}: {c.answer}" + (f" ({c.reason})" if c.reason else "") + f"  [{shown}]")
     return "\n".join(lines)

@@ -346,3 +346,19 @@ def test_unusable_input_is_one_line_and_exit_2(tmp_path):
         # the reason on the last line (argparse's refusals come after its usage text, as for every subcommand)
         assert run.returncode == 2 and said in run.stderr.strip().splitlines()[-1] and not run.stdout, (args, run.stderr)
     assert not (repo / ".git" / "relu2-bisect").exists()  # nothing written
+
+
+def test_the_text_names_the_culprit_its_figures_its_parent_and_every_step():
+    box = FakeBox({TOY: step_at(5)}, broken={4: "does not build: x"})
+    plan = Plan(COMMITS, [TOY])
+    steps = bisect.search(plan, box)
+    found = bisect.findings(COMMITS, bisect.replay(plan.cells, 9, steps, plan.factor), steps)
+    report = bisect.Report("repo", plan, steps, found, {c: f"subject {i}" for i, c in enumerate(COMMITS)}, "state.json")
+    text = bisect.format_text(report)
+    assert f"{TOY}: the first commit like BAD is one of 2, after {COMMITS[3][:10]}" in text
+    assert f"{COMMITS[4][:10]} (#4 of 8) subject 4: skipped, does not build: x" in text
+    assert f"{COMMITS[5][:10]} (#5 of 8) subject 5: like BAD" in text
+    assert len([line for line in text.splitlines() if line.startswith("  ") and "probe" in line]) == len(steps) - 1
+    as_json = json.loads(json.dumps(report.as_json()))
+    assert as_json["cells"][0]["verdict"] == "range" and as_json["exit"] == 0
+    assert as_json["measured_steps"] == sum(s.measured for s in steps)
