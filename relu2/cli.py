@@ -369,6 +369,34 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     return 1 if not_cells or missing else 0
 
 
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from relu2 import bisect, confirm, machine
+
+    targets = list(args.cell)
+    if args.from_gate:
+        source = Path(args.from_gate)
+        source = source / "report.json" if source.is_dir() else source  # a relu2 compare folder's verdict
+        try:
+            targets += confirm.targets_from_gate(json.loads(source.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            return _fail("bisect", f"{source}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
+    if not targets:
+        return _fail("bisect", "no cell to follow: name one with --cell IMPL:DTYPE:SHAPE:MODE, or --from-gate a "
+                     "report that flags one")
+    repo = machine.repo_of(args.repo or Path.cwd())
+    if repo is None:
+        return _fail("bisect", f"{args.repo or Path.cwd()}: not a git checkout (name the repository with --repo)")
+    progress = None if args.no_progress else (lambda line: print(line, file=sys.stderr, flush=True))
+    report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
+                        state=Path(args.state) if args.state else None, device=machine.resolve_device(args.device),
+                        progress=progress)
+    if args.format == "json":
+        print(json.dumps(report.as_json(), indent=2, default=str))
+    else:
+        print(bisect.format_text(report))
+    return report.exit_code
+
+
 def cmd_noise(args: argparse.Namespace) -> int:
     from relu2 import gate
 
@@ -462,6 +490,38 @@ def _gate_description() -> str:
 # --- parser --------------------------------------------------------------------------------------
 
 _DEVICE_HELP = "cpu or cuda (default: cuda when torch sees a GPU, else cpu)"
+
+
+def bisect_description() -> str:
+    from relu2 import bisect
+
+    return f"""\
+Bisect the first-parent commits from GOOD to BAD for the cells named (--cell) or flagged by a gate
+report (--from-gate), measuring every step on this machine: the probe commit beside GOOD and BAD
+themselves, in interleaved rounds (each a fresh process a side, the order reversed every other round;
+relu2 confirm's rounds, this checkout's instrument, each commit's implementations).
+
+Step 0 measures GOOD against BAD: a cell that did not move there is "not reproduced". Every later
+step gives each cell one of three answers:
+  like GOOD   BAD moved away from the probe; the probe did not move away from GOOD
+  like BAD    the probe moved away from GOOD the way BAD did; BAD did not move further
+  unknown     neither or both: noise, or a probe halfway along a cell that moved twice
+"Moved" is the paired rule: round i of one side beside round i of the other; moved when the median
+of the per-round ratios is beyond --factor (default {bisect.DEFAULT_FACTOR:g}) and more than three
+quarters of them lie on the same side of 1.
+
+The budget: a step measures {bisect.MIN_ROUNDS} rounds; an unknown answer measures {bisect.MIN_ROUNDS} more, until
+the answer is known or --budget ROUNDS (default {bisect.DEFAULT_BUDGET}) are spent; a probe still unknown then
+is skipped for that cell and said so. Commits that cannot be measured (older than the
+implementations interface, a failed build, a failed cell) are skipped like git bisect skip, and
+the answer is then the range the first commit like BAD lies in. Each cell is searched on its own:
+cells that moved at different commits get different answers.
+
+It names, per cell, the first commit like BAD with its figures and its parent's, and the steps
+taken. Progress on stderr (step, commit, answers, rounds, time); the steps are written to the state
+file after each one, and the same command run again resumes (a finished bisection prints its answer
+again without measuring). Exit 0 when a culprit (or a range of unmeasurable commits) is named, 1
+when no cell's step is reproduced between GOOD and BAD, 2 on unusable input."""
 
 
 def _add_device(p: argparse.ArgumentParser) -> None:
@@ -668,6 +728,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_require_idle(p)
     _add_device(p)
     p.set_defaults(func=cmd_confirm)
+
+    from relu2 import bisect  # torch-free
+
+    p = sub.add_parser("bisect", help="find the commit between GOOD and BAD where cells moved, measuring each step",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=bisect_description())
+    p.add_argument("good", metavar="GOOD", help="a commit whose figures are the old ones (any git ref)")
+    p.add_argument("bad", metavar="BAD", help="a later commit whose figures moved (any git ref); GOOD must be its ancestor")
+    p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
+                   help="a figure to follow, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
+    p.add_argument("--from-gate", metavar="FILE",
+                   help="follow the regressions of relu2 gate --format json (or a relu2 compare folder's report.json)")
+    p.add_argument("--repo", metavar="DIR", help="the git repository whose commits are bisected (default: this checkout)")
+    p.add_argument("--state", metavar="FILE", help="where the steps are kept, for resuming (default: in the "
+                   "repository's git folder, named by the range and the cells)")
+    p.add_argument("--budget", type=_number(int, bisect.MIN_ROUNDS, strict=False), default=bisect.DEFAULT_BUDGET,
+                   metavar="ROUNDS", help=f"the most rounds one step measures, at least {bisect.MIN_ROUNDS} "
+                   f"(default {bisect.DEFAULT_BUDGET})")
+    p.add_argument("--factor", type=_number(float, 1.0), default=bisect.DEFAULT_FACTOR,
+                   help=f"the paired rule's factor: a median per-round ratio beyond it is a move (default "
+                   f"{bisect.DEFAULT_FACTOR:g})")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json (for CI)")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
+    _add_device(p)
+    p.set_defaults(func=cmd_bisect)
 
     p = sub.add_parser("noise", help="learn the gate's noise model from recorded runs, or check it out of sample",
                        description="relu2 noise learn RESULTS_DIR... --out FILE: from every pair of runs of two "

@@ -1,0 +1,625 @@
+"""``relu2 bisect``: from "the figures stepped somewhere between GOOD and BAD" to the commit.
+
+The first-parent commits from GOOD to BAD are searched as ``git bisect`` does, but every step is a
+measurement on this machine: the probe commit beside GOOD, then beside BAD (two paired comparisons,
+``relu2 confirm``'s: interleaved rounds, each a fresh process a side, the order alternating), and
+each cell gets one of three answers:
+
+* **like GOOD**: BAD moved away from the probe, the probe did not move away from GOOD;
+* **like BAD**: the probe moved away from GOOD the way BAD did, BAD did not move further;
+* **unknown**: neither or both (noise, or a probe halfway along a cell that moved twice).  An
+  unknown answer measures ``MIN_ROUNDS`` more rounds, up to the budget of rounds a step may take;
+  a probe still unknown then is skipped for that cell, as an unmeasurable commit is.
+
+"Moved" is the paired rule ``pair``: per round, the ratio of the two sides measured side by side in
+that round (so a box that speeds up or slows down as a whole cancels); moved when the median of
+those ratios is beyond ``factor`` and more than three quarters of them lie on the same side of 1.
+Step 0 measures GOOD against BAD alone: a cell that did not move there is "not reproduced".
+
+Commits that cannot be measured (older than the implementations interface, a failed build, a
+failed cell) are skipped like ``git bisect skip``; the answer is then the range of commits the first
+commit like BAD lies in.  Cells are searched each on its own bracket (a step measures every cell
+whose bracket holds the probe), so cells that moved at different commits get different answers.
+
+Everything that decides is a small pure function over the steps done so far (``replay``,
+``next_probe``, ``answer``), the measuring is injected (``Oracle``), and the steps are the state:
+written after every step to the state file, replayed on the next run to resume.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+from relu2.verdict import MIN_ROUNDS
+
+STATE_FORMAT = 1
+DEFAULT_FACTOR = 1.2  # a step of 1.5x is found on a shared 2-core CPU; a noise model's per-cell ratio is finer
+DEFAULT_BUDGET = 3 * MIN_ROUNDS  # rounds one step may take before its answer is "unknown"
+
+# The answers, as the output and the state file spell them.
+LIKE_GOOD, LIKE_BAD, UNKNOWN, SKIPPED = "like GOOD", "like BAD", "unknown", "skipped"
+MOVED, NOT_REPRODUCED = "moved", "not reproduced"
+# What the search says of a cell.
+CULPRIT, RANGE, NOT_MEASURED = "culprit", "range", "not measured"
+# What a pair of sides did, as ``pair`` says it.
+SLOWER, FASTER, SAME, UNCLEAR = 1, -1, 0, None
+
+
+# --- the paired rule --------------------------------------------------------------------------------
+
+
+def pair(a: Sequence[float], b: Sequence[float], factor: float) -> int | None:
+    """How ``b`` compares with ``a``, round i of one beside round i of the other: SLOWER or FASTER
+    when the median of b_i / a_i is beyond ``factor`` (either way) and more than three quarters of
+    the ratios lie on that side of 1; SAME when the median is within ``factor``; UNCLEAR otherwise
+    (the median says moved, the rounds disagree), and with fewer than MIN_ROUNDS pairs."""
+    ratios = [y / x for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
+    if len(ratios) < MIN_ROUNDS:
+        return UNCLEAR
+    middle = statistics.median(ratios)
+    if 1 / factor <= middle <= factor:
+        return SAME
+    way = SLOWER if middle > factor else FASTER
+    agree = sum(1 for r in ratios if (r > 1) == (way == SLOWER) and r != 1)
+    return way if agree > 0.75 * len(ratios) else UNCLEAR
+
+
+def reproduced(good: Sequence[float], bad: Sequence[float], factor: float) -> str:
+    """Step 0's answer for one cell: MOVED, NOT_REPRODUCED, or UNKNOWN (measure more)."""
+    moved = pair(good, bad, factor)
+    return MOVED if moved in (SLOWER, FASTER) else NOT_REPRODUCED if moved == SAME else UNKNOWN
+
+
+def direction(good: Sequence[float], bad: Sequence[float], factor: float) -> int:
+    """SLOWER or FASTER: which way BAD moved from GOOD (0 when it did not)."""
+    moved = pair(good, bad, factor)
+    return moved if moved in (SLOWER, FASTER) else 0
+
+
+def answer(good: Sequence[float], probe: Sequence[float], probe_b: Sequence[float], bad: Sequence[float], way: int,
+           factor: float) -> str:
+    """A probe's answer for one cell whose BAD moved ``way`` from GOOD: LIKE_GOOD, LIKE_BAD or UNKNOWN;
+    from two paired comparisons, ``good`` beside ``probe`` and ``probe_b`` beside ``bad`` (the same
+    commit measured in each)."""
+    from_good, to_bad = pair(good, probe, factor), pair(probe_b, bad, factor)
+    if from_good == way and to_bad not in (way, UNCLEAR):
+        return LIKE_BAD
+    if to_bad == way and from_good not in (way, UNCLEAR):
+        return LIKE_GOOD
+    return UNKNOWN
+
+
+# --- the steps: what was measured, and what it says ----------------------------------------------
+
+
+@dataclass
+class CellStep:
+    """One cell at one step: its answer, each side's median per round (GOOD, [probe,] BAD), and why
+    it was skipped ("" when it was not)."""
+
+    answer: str
+    figures: list[list[float]] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass
+class Step:
+    """One probe: the commit's index in the range, the rounds it took, each cell's answer; a commit
+    that could not be measured at all has ``reason`` and no cells."""
+
+    number: int
+    index: int
+    commit: str
+    rounds: int = 0
+    seconds: float = 0.0
+    reason: str = ""
+    cells: dict[str, CellStep] = field(default_factory=dict)
+
+    @property
+    def measured(self) -> bool:
+        return not self.reason
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "Step":
+        cells = {name: CellStep(**c) for name, c in data.get("cells", {}).items()}
+        return cls(**{**data, "cells": cells})
+
+
+@dataclass(frozen=True)
+class Track:
+    """One cell's search: ``lo`` the last commit like GOOD, ``hi`` the first like BAD (indices into
+    the range, GOOD being 0), the commits skipped for it with why, and which way BAD moved (0: not
+    reproduced, None: step 0 not done)."""
+
+    cell: str
+    lo: int
+    hi: int
+    way: int | None = None
+    skipped: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def candidates(self) -> list[int]:
+        """The commits still to probe: strictly between lo and hi, not skipped."""
+        gone = {i for i, _ in self.skipped}
+        return [i for i in range(self.lo + 1, self.hi) if i not in gone] if self.way else []
+
+
+def replay(cells: Sequence[str], count: int, steps: Iterable[Step], factor: float) -> dict[str, Track]:
+    """Each cell's search after ``steps`` over a range of ``count`` commits (GOOD first, BAD last),
+    step 0 judged with ``factor``."""
+    tracks = {c: Track(c, 0, count - 1) for c in cells}
+    for step in steps:
+        for name, track in tracks.items():
+            tracks[name] = advance(track, step, factor)
+    return tracks
+
+
+def advance(track: Track, step: Step, factor: float) -> Track:
+    """``track`` after one step."""
+    from dataclasses import replace
+
+    if step.number == 0:
+        got = step.cells.get(track.cell)
+        if got is None:
+            return track
+        way = direction(got.figures[0], got.figures[-1], factor) if got.answer == MOVED else 0
+        return replace(track, way=way)
+    if not track.lo < step.index < track.hi:
+        return track
+    if step.reason:
+        return replace(track, skipped=(*track.skipped, (step.index, step.reason)))
+    got = step.cells.get(track.cell)
+    if got is None:
+        return track
+    if got.answer == LIKE_BAD:
+        return replace(track, hi=step.index)
+    if got.answer == LIKE_GOOD:
+        return replace(track, lo=step.index)
+    return replace(track, skipped=(*track.skipped, (step.index, got.reason or f"{got.answer} after "
+                                                   f"{len(got.figures[0]) if got.figures else 0} rounds")))
+
+
+def next_probe(tracks: Mapping[str, Track]) -> tuple[int, list[str]] | None:
+    """The commit to measure next and the cells to measure there (None: every search is done).
+
+    The probe halves the widest bracket: of its candidates, the one nearest its middle; every other
+    cell whose candidates hold the same commit is measured in the same step."""
+    open_ = [t for t in tracks.values() if t.candidates]
+    if not open_:
+        return None
+    widest = max(open_, key=lambda t: (len(t.candidates), -list(tracks).index(t.cell)))
+    middle = (widest.lo + widest.hi) / 2
+    probe = min(widest.candidates, key=lambda i: (abs(i - middle), i))
+    return probe, [t.cell for t in open_ if probe in t.candidates]
+
+
+# --- the answer -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    """What the search says about one cell."""
+
+    cell: str
+    verdict: str  # CULPRIT, RANGE, NOT_REPRODUCED or NOT_MEASURED (at GOOD or BAD)
+    first_bad: str = ""  # the culprit (verdict "culprit"), or the last commit of the range
+    last_good: str = ""  # its parent, the last commit like GOOD
+    candidates: list[str] = field(default_factory=list)  # the range: every commit the culprit may be
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {"commit", "reason"} between last_good and first_bad
+    figures: dict[str, dict] = field(default_factory=dict)  # "first_bad"/"last_good" -> the step that measured it
+
+
+def findings(commits: Sequence[str], tracks: Mapping[str, Track], steps: Sequence[Step]) -> list[Finding]:
+    """One Finding per cell whose search is done."""
+    out = []
+    for track in tracks.values():
+        if not track.way:
+            first = steps[0].cells.get(track.cell) if steps else None
+            if first is not None and first.answer == SKIPPED:
+                out.append(Finding(track.cell, NOT_MEASURED, skipped=[{"commit": "", "reason": first.reason}]))
+            else:
+                out.append(Finding(track.cell, NOT_REPRODUCED, figures={"step 0": _figures_of(track.cell, 0, steps)}))
+            continue
+        between = [(i, why) for i, why in sorted(track.skipped) if track.lo < i < track.hi]
+        verdict = RANGE if between else CULPRIT
+        out.append(Finding(
+            track.cell, verdict, commits[track.hi], commits[track.lo],
+            candidates=list(commits[track.lo + 1:track.hi + 1]),
+            skipped=[{"commit": commits[i], "reason": why} for i, why in between],
+            figures={"first_bad": _figures_of(track.cell, track.hi, steps, len(commits) - 1),
+                     "last_good": _figures_of(track.cell, track.lo, steps, len(commits) - 1)}))
+    return out
+
+
+def _figures_of(cell: str, index: int, steps: Sequence[Step], last: int = -1) -> dict:
+    """The medians over rounds of GOOD, the commit at ``index`` and BAD, from the step that measured it
+    (step 0 for GOOD and BAD themselves)."""
+    for step in steps:
+        got = step.cells.get(cell)
+        if got is None or not got.figures:
+            continue
+        if step.number == 0 and index in (0, last):
+            side = 0 if index == 0 else len(got.figures) - 1
+        elif step.number > 0 and step.index == index:
+            side = 1
+        else:
+            continue
+        medians = [statistics.median(f) if f else float("nan") for f in got.figures]
+        return {"step": step.number, "rounds": len(got.figures[0]), "median_s": medians[side],
+                "good_s": medians[0], "bad_s": medians[-1],
+                "vs_good": medians[side] / medians[0] if medians[0] else float("nan")}
+    return {}
+
+
+def exit_code(found: Sequence[Finding]) -> int:
+    """0 when a culprit (or a range of unmeasurable commits) is named for a cell; 1 when no cell's step
+    was reproduced between GOOD and BAD; 2 when no cell could be measured at GOOD and BAD."""
+    if any(f.verdict in (CULPRIT, RANGE) for f in found):
+        return 0
+    return 1 if any(f.verdict == NOT_REPRODUCED for f in found) else 2
+
+
+# --- measuring one step ---------------------------------------------------------------------------
+
+
+class Unmeasurable(Exception):
+    """A commit that cannot be measured at all (older than the interface, a failed build)."""
+
+
+# (sides: commits in the order GOOD, [probe,] BAD; cells; rounds; the first round's number)
+#   -> per cell, the medians of each round measured ok (or the reason a round failed) of: GOOD and BAD
+#   (step 0); GOOD, the probe beside GOOD, the probe beside BAD, BAD (a probe: two paired comparisons).
+Oracle = Callable[[Sequence[str], Sequence[str], int, int], dict[str, list[list[float] | str]]]
+FIGURES_OF_A_PROBE = 4
+
+
+def measure_step(oracle: Oracle, sides: Sequence[str], cells: Sequence[str],
+                 judge: Callable[[str, list[list[float]]], str], budget: int) -> tuple[dict[str, CellStep], int]:
+    """Measure ``cells`` on ``sides``, MIN_ROUNDS rounds at a time, until every cell's answer
+    (``judge(cell, figures)``) is known or ``budget`` rounds are spent; each cell's CellStep and the
+    rounds taken.  A side whose round failed for a cell skips that cell, with the reason."""
+    width = 2 if len(sides) == 2 else FIGURES_OF_A_PROBE
+    figures: dict[str, list[list[float]]] = {c: [[] for _ in range(width)] for c in cells}
+    done: dict[str, CellStep] = {}
+    rounds = 0
+    while rounds < budget:
+        todo = [c for c in cells if c not in done]
+        if not todo:
+            break
+        got = oracle(sides, todo, min(MIN_ROUNDS, budget - rounds), rounds)
+        rounds += min(MIN_ROUNDS, budget - rounds)
+        for cell in todo:
+            per_side = got.get(cell) or ["not measured"] * width
+            failed = next((s for s in per_side if isinstance(s, str)), "")
+            for mine, new in zip(figures[cell], per_side):
+                mine.extend(new if not isinstance(new, str) else [])
+            if failed:
+                done[cell] = CellStep(SKIPPED, figures[cell], failed)
+                continue
+            said = judge(cell, figures[cell])
+            if said != UNKNOWN:
+                done[cell] = CellStep(said, figures[cell])
+    for cell in cells:
+        done.setdefault(cell, CellStep(UNKNOWN, figures[cell], f"unknown after {rounds} rounds"))
+    return {c: done[c] for c in cells}, rounds
+
+
+# --- the whole search -----------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What is bisected: the range (GOOD first, BAD last, first parent), the cells, the rule."""
+
+    commits: list[str]
+    cells: list[str]
+    factor: float = DEFAULT_FACTOR
+    budget: int = DEFAULT_BUDGET
+
+    def same_search(self, other: Mapping) -> bool:
+        return (other.get("commits"), other.get("cells"), other.get("factor"), other.get("budget")) == \
+            (self.commits, self.cells, self.factor, self.budget)
+
+
+def load_steps(plan: Plan, state: Path | None) -> list[Step]:
+    """The steps of an earlier run of the same search from ``state`` ([] when there is none);
+    UsageError when the file holds another search, or is not a state file."""
+    from relu2.machine import UsageError
+
+    if state is None or not state.exists():
+        return []
+    try:
+        data = json.loads(state.read_text(encoding="utf-8"))
+        if data.get("format") != STATE_FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, not {STATE_FORMAT}")
+        steps = [Step.from_json(s) for s in data["steps"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{state}: not a relu2 bisect state file ({e})") from None
+    if not plan.same_search(data):
+        raise UsageError(f"{state} holds another bisection (other commits, cells, factor or budget): "
+                         "name another --state, or remove it to start again")
+    return steps
+
+
+def save_steps(plan: Plan, steps: Sequence[Step], state: Path | None) -> None:
+    if state is None:
+        return
+    from relu2.results import atomic_write_text
+
+    atomic_write_text(state, json.dumps({"format": STATE_FORMAT, **asdict(plan), "steps": [asdict(s) for s in steps]},
+                                        indent=1, allow_nan=True) + "\n")
+
+
+def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: Path | None = None,
+           progress: Callable[[str], None] | None = None) -> list[Step]:
+    """Bisect ``plan`` from ``steps`` already done (a resumed run) to the end; every step saved to
+    ``state`` as soon as it is done.  The steps, in order."""
+    steps = list(steps or [])
+    say = progress or (lambda line: None)
+    last = len(plan.commits) - 1
+    if not steps:
+        started = time.monotonic()
+        sides = [plan.commits[0], plan.commits[last]]
+        say(f"relu2 bisect: step 0: GOOD beside BAD, {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}")
+        try:
+            cells, rounds = measure_step(oracle, sides, plan.cells, lambda _, f: reproduced(f[0], f[1], plan.factor),
+                                         plan.budget)
+        except Unmeasurable as e:
+            from relu2.machine import UsageError
+
+            raise UsageError(f"GOOD or BAD cannot be measured: {e}") from None
+        steps.append(Step(0, last, plan.commits[last], rounds, time.monotonic() - started, cells=cells))
+        save_steps(plan, steps, state)
+        say(progress_line(steps[-1], plan))
+    while True:
+        tracks = replay(plan.cells, len(plan.commits), steps, plan.factor)
+        probe = next_probe(tracks)
+        if probe is None:
+            return steps
+        index, cells = probe
+        started, commit = time.monotonic(), plan.commits[index]
+        sides = [plan.commits[0], commit, plan.commits[last]]
+        say(f"relu2 bisect: step {len(steps)}: {commit[:10]} (#{index} of {last}) beside GOOD, then beside BAD, "
+            f"{len(cells)} cell{'s' * (len(cells) != 1)}")
+        try:
+            done, rounds = measure_step(
+                oracle, sides, cells, budget=plan.budget,
+                judge=lambda cell, f: answer(f[0], f[1], f[2], f[3], tracks[cell].way or 0, plan.factor))
+            step = Step(len(steps), index, commit, rounds, time.monotonic() - started, cells=done)
+        except Unmeasurable as e:
+            step = Step(len(steps), index, commit, 0, time.monotonic() - started, reason=str(e))
+        steps.append(step)
+        save_steps(plan, steps, state)
+        say(progress_line(step, plan))
+
+
+def progress_line(step: Step, plan: Plan) -> str:
+    """``relu2 bisect: step N  <commit>  <cell> <answer> ...  (R rounds, S s)``."""
+    head = f"relu2 bisect: step {step.number} {step.commit[:10]}"
+    if step.reason:
+        return f"{head} skipped: {step.reason}"
+    said = "; ".join(f"{cell} {c.answer}" + (f" ({c.reason})" if c.reason and c.answer == SKIPPED else "")
+                     for cell, c in step.cells.items())
+    return f"{head} {said} ({step.rounds} rounds, {step.seconds:.0f} s)"
+
+
+# --- the range and the cells, decoded once at the edge ------------------------------------------------
+
+
+def cell_name(target) -> str:
+    """``IMPL:DTYPE:SHAPE:MODE``, as --cell takes it and the output names it."""
+    return f"{target.cell.impl}:{target.cell.dtype}:{target.cell.shape_str}:{target.mode}"
+
+
+def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
+    """GOOD, then the first-parent commits after it up to BAD (full hashes); UsageError when GOOD is
+    not an ancestor of BAD, or is BAD."""
+    from relu2.machine import UsageError
+
+    good_sha, bad_sha = resolve(repo, good), resolve(repo, bad)
+    if good_sha == bad_sha:
+        raise UsageError(f"GOOD and BAD are the same commit ({good_sha[:10]}): nothing to bisect")
+    if _run_git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha).returncode != 0:
+        raise UsageError(f"GOOD {good} ({good_sha[:10]}) is not an ancestor of BAD {bad} ({bad_sha[:10]})")
+    after = _run_git(repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").stdout.split()
+    return [good_sha, *after]
+
+
+def resolve(repo: Path, ref: str) -> str:
+    """The full hash of the commit ``ref`` names in ``repo``; UsageError in one line when none."""
+    from relu2.machine import UsageError
+
+    run = _run_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+    if run.returncode != 0 or not ref or ref.startswith("-"):
+        raise UsageError(f"{ref!r} names no commit of {repo}")
+    return run.stdout.strip()
+
+
+def subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
+    """Each commit's subject line."""
+    out = _run_git(repo, "log", "--no-walk=unsorted", "--format=%H %s", *commits).stdout
+    return dict(line.split(" ", 1) if " " in line else (line, "") for line in out.splitlines())
+
+
+def _run_git(repo: Path, *args: str):
+    import subprocess
+
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+
+
+def default_state(repo: Path, commits: Sequence[str], cells: Sequence[str]) -> Path:
+    """Where a bisection keeps its steps unless told: in the repository's git folder (as git bisect
+    does), named by its range and cells, so the same command run again resumes it."""
+    import hashlib
+
+    common = Path(_run_git(repo, "rev-parse", "--git-common-dir").stdout.strip())
+    common = common if common.is_absolute() else repo / common
+    key = hashlib.sha256("\n".join([*commits, *cells]).encode()).hexdigest()[:8]
+    return common / "relu2-bisect" / f"{commits[0][:8]}-{commits[-1][:8]}-{key}.json"
+
+
+# --- the real oracle: two relu2 confirm comparisons a probe ----------------------------------------
+
+
+def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Oracle:
+    """The Oracle that measures with ``relu2 confirm`` (relu2 compare's mechanism: worktrees of both
+    commits, this checkout's instrument, interleaved rounds of a fresh process per side): step 0 one
+    comparison, GOOD beside BAD; a probe two, GOOD beside it and it beside BAD.  A probe that does not
+    declare the interface or does not build is Unmeasurable."""
+    from relu2.asv_run import declared_implementations
+    from relu2.machine import UsageError
+
+    def compared(base: str, head: str, cells: Sequence[str], rounds: int) -> dict[str, tuple]:
+        from relu2 import confirm
+
+        report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False,
+                                 **_measured_kw(confirm.confirm, repo, head))
+        by_key = {f"{c['impl']}:{c['dtype']}:{c['shape']}:{c['mode']}": c for c in report["cells"]}
+        return {cell: (_side(by_key.get(cell), "base", base), _side(by_key.get(cell), "head", head))
+                for cell in cells}
+
+    def oracle(sides: Sequence[str], cells: Sequence[str], rounds: int, first: int) -> dict[str, list]:
+        if len(sides) == 2:
+            return {cell: list(pairs) for cell, pairs in compared(sides[0], sides[1], cells, rounds).items()}
+        good, probe, bad = sides
+        why = declared_implementations(repo, probe)[1]
+        if why:
+            raise Unmeasurable(why)
+        try:
+            before = compared(good, probe, cells, rounds)
+        except UsageError as e:  # the probe does not install, or cannot run a cell's implementation here
+            raise Unmeasurable(_unmeasurable(str(e))) from None
+        after = compared(probe, bad, cells, rounds)
+        return {cell: [*before[cell], *after[cell]] for cell in cells}
+
+    return oracle
+
+
+def _side(cell: Mapping | None, side: str, commit: str) -> list[float] | str:
+    """One side's rounds of a confirm report's cell, or why it has none."""
+    if cell is None:
+        return f"not measured at {commit[:10]}"
+    status = cell[f"{side}_status"]
+    return list(cell[f"{side}_rounds"]) if status == "ok" else f"{status} at {commit[:10]}"
+
+
+def _unmeasurable(message: str) -> str:
+    """confirm's refusal, said as a skip: "does not build: ..." for an install that failed."""
+    head, _, why = message.partition(" does not install: ")
+    return f"does not build: {why}" if why else message
+
+
+def _measured_kw(confirm_fn: Callable, repo: Path, commit: str) -> dict[str, str]:
+    """``measured=`` for main's relu2 confirm, which takes the distribution under test (relu2 compare's
+    derives it from each side's pyproject.toml and takes no such argument)."""
+    import inspect
+    import tomllib
+
+    if "measured" not in inspect.signature(confirm_fn).parameters:
+        return {}
+    return {"measured": tomllib.loads(_run_git(repo, "show", f"{commit}:pyproject.toml").stdout)["project"]["name"]}
+
+
+# --- the command --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """A bisection as the command shows it."""
+
+    repo: str
+    plan: Plan
+    steps: list[Step]
+    findings: list[Finding]
+    subjects: dict[str, str]
+    state: str
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code(self.findings)
+
+    def as_json(self) -> dict:
+        return {"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
+                "commits": self.plan.commits, "factor": self.plan.factor, "budget": self.plan.budget,
+                "measured_steps": sum(s.measured for s in self.steps), "state": self.state,
+                "cells": [asdict(f) for f in self.findings], "steps": [asdict(s) for s in self.steps],
+                "exit": self.exit_code}
+
+
+def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float = DEFAULT_FACTOR,
+        budget: int = DEFAULT_BUDGET, state: Path | None = None, device: str = "cpu",
+        progress: Callable[[str], None] | None = None) -> Report:
+    """Bisect GOOD..BAD of ``repo`` on ``targets`` (confirm.Target), measuring with relu2 confirm's
+    rounds; resumes from ``state`` (default: in the repository's git folder)."""
+    by_name = {cell_name(t): t for t in targets}
+    plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor, budget)
+    state = state or default_state(repo, plan.commits, plan.cells)
+    steps = load_steps(plan, state)
+    say = progress or (lambda line: None)
+    say(f"relu2 bisect: {len(plan.commits) - 1} commits after GOOD {plan.commits[0][:10]} up to BAD "
+        f"{plan.commits[-1][:10]} (first parent), {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}; state {state}"
+        + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
+    steps = search(plan, confirm_oracle(repo, by_name, device), steps, state, say)
+    tracks = replay(plan.cells, len(plan.commits), steps, plan.factor)
+    return Report(str(repo), plan, steps, findings(plan.commits, tracks, steps), subjects(repo, plan.commits),
+                  str(state))
+
+
+def format_text(report: Report) -> str:
+    """The answer per cell (the culprit with its figures and its parent's, or the range), then the steps."""
+    from relu2.schema import format_seconds
+
+    commits, names = report.plan.commits, report.subjects
+    index = {c: i for i, c in enumerate(commits)}
+
+    def commit(sha: str) -> str:
+        return f"{sha[:10]} (#{index[sha]} of {len(commits) - 1}) {names.get(sha, '')}".rstrip()
+
+    def figure(label: str, f: Mapping) -> str:
+        if not f:
+            return f"    {label}: not measured"
+        return (f"    {label} {format_seconds(f['median_s'])}, {f['vs_good']:.2f}x GOOD (step {f['step']}, "
+                f"{f['rounds']} rounds: GOOD {format_seconds(f['good_s'])}, BAD {format_seconds(f['bad_s'])})")
+
+    measured = sum(s.measured for s in report.steps)
+    skipped = len(report.steps) - measured
+    lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} commits, "
+             f"{measured} measured steps" + (f", {skipped} skipped unmeasured" if skipped else "")
+             + f", paired factor {report.plan.factor:g}, at most {report.plan.budget} rounds a step"]
+    for f in report.findings:
+        if f.verdict == CULPRIT:
+            lines += [f"{f.cell}: the first commit like BAD is {commit(f.first_bad)}",
+                      figure("it:", f.figures.get("first_bad", {})),
+                      figure(f"its parent {f.last_good[:10]}:", f.figures.get("last_good", {}))]
+        elif f.verdict == RANGE:
+            lines += [f"{f.cell}: the first commit like BAD is one of {len(f.candidates)}, after {commit(f.last_good)}:"]
+            lines += [f"    {commit(c)}" + next((f": skipped, {s['reason']}" for s in f.skipped if s["commit"] == c),
+                                                ": like BAD" if c == f.first_bad else "") for c in f.candidates]
+            lines += [figure(f"like BAD, {f.first_bad[:10]}:", f.figures.get("first_bad", {})),
+                      figure(f"like GOOD, {f.last_good[:10]}:", f.figures.get("last_good", {}))]
+        elif f.verdict == NOT_REPRODUCED:
+            step0 = f.figures.get("step 0", {})
+            ratio = step0.get("bad_s", float("nan")) / step0.get("good_s", float("nan")) if step0 else float("nan")
+            lines.append(f"{f.cell}: not reproduced: BAD is {ratio:.2f}x GOOD on this machine, within the "
+                         f"factor {report.plan.factor:g} or unclear after the budget")
+        else:
+            lines.append(f"{f.cell}: not measured at GOOD or BAD: {f.skipped[0]['reason'] if f.skipped else '?'}")
+    lines.append("steps:")
+    for s in report.steps:
+        what = "GOOD vs BAD" if s.number == 0 else f"probe {commit(s.commit)}"
+        if s.reason:
+            lines.append(f"  {s.number}  {what}: skipped, {s.reason}")
+            continue
+        lines.append(f"  {s.number}  {what} ({s.rounds} rounds, {s.seconds:.0f} s)")
+        for cell, c in s.cells.items():
+            medians = [format_seconds(statistics.median(x)) if x else "-" for x in c.figures]
+            shown = (f"GOOD {medians[0]}, BAD {medians[1]}" if len(medians) == 2 else
+                     f"GOOD {medians[0]}, it {medians[1]} | it {medians[2]}, BAD {medians[3]}" if len(medians) == 4 else "")
+            lines.append(f"       {cell}: {c.answer}" + (f" ({c.reason})" if c.reason else "") + f"  [{shown}]")
+    return "\n".join(lines)

@@ -1,0 +1,364 @@
+"""relu2 bisect: the search over a fake oracle (no measuring), then the command on a fixture repository
+measured for real (slow)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from relu2 import bisect
+from relu2.bisect import LIKE_BAD, LIKE_GOOD, NOT_REPRODUCED, SAME, SLOWER, FASTER, UNCLEAR, UNKNOWN, Plan
+
+COMMITS = [f"{i:02d}" + "c" * 38 for i in range(9)]  # GOOD is COMMITS[0], BAD COMMITS[8]
+FUSED, TOY = "fused:float32:262144:hot", "toy:float32:262144:hot"
+
+
+class FakeBox:
+    """An oracle over a made-up history: each cell's time per commit index, with a small, fixed
+    alternation between rounds (never random: a test must give the same answer every run)."""
+
+    def __init__(self, times: dict[str, list[float]], broken: dict[int, str] | None = None,
+                 failed: dict[tuple[str, int], str] | None = None, wobble: float = 0.02):
+        self.times, self.broken, self.failed, self.wobble = times, broken or {}, failed or {}, wobble
+        self.calls: list[tuple[tuple[str, ...], tuple[str, ...], int]] = []
+
+    def __call__(self, sides, cells, rounds, first):
+        self.calls.append((tuple(sides), tuple(cells), rounds))
+        index = [COMMITS.index(s) for s in sides]
+        for i in index:
+            if i in self.broken:
+                raise bisect.Unmeasurable(self.broken[i])
+        out = {}
+        for cell in cells:
+            per_side = []
+            for k, i in enumerate(index):
+                if (cell, i) in self.failed:
+                    per_side.append(self.failed[(cell, i)])
+                    continue
+                per_side.append([self.times[cell][i] * (1 + self.wobble * (-1) ** (r + k)) for r in range(first, first + rounds)])
+            # two paired comparisons: GOOD beside the probe, the probe beside BAD
+            out[cell] = per_side if len(sides) == 2 else [per_side[0], per_side[1], list(per_side[1]), per_side[2]]
+        return out
+
+    @property
+    def probes(self) -> list[str]:
+        return [sides[1] for sides, _, _ in self.calls if len(sides) == 3]
+
+
+def step_at(index: int, before: float = 1.0, after: float = 1.5, count: int = 9) -> list[float]:
+    """A cell's times: ``before`` up to the commit at ``index``, ``after`` from it on."""
+    return [before if i < index else after for i in range(count)]
+
+
+def run(box: FakeBox, cells: list[str], **plan) -> tuple[list[bisect.Step], list[bisect.Finding]]:
+    p = Plan(COMMITS, cells, **plan)
+    steps = bisect.search(p, box)
+    tracks = bisect.replay(p.cells, len(p.commits), steps, p.factor)
+    return steps, bisect.findings(p.commits, tracks, steps)
+
+
+# --- the paired rule ----------------------------------------------------------------------------------
+
+
+def test_pair_reads_rounds_side_by_side():
+    assert pair_of([1, 1, 1], [1.5, 1.5, 1.5]) == SLOWER
+    assert pair_of([1.5, 1.5, 1.5], [1, 1, 1]) == FASTER
+    assert pair_of([1, 1.1, 0.9], [1.02, 1.08, 0.93]) == SAME
+    # A box that slows down as a whole over the rounds: paired, each round's ratio is 1.5
+    assert pair_of([1, 2, 4], [1.5, 3, 6]) == SLOWER
+    # One round of three against the others: the median says slower, the rounds disagree
+    assert pair_of([1, 1, 1], [1.5, 1.5, 0.5]) == UNCLEAR
+    assert pair_of([1, 1], [2, 2]) == UNCLEAR  # too few rounds to say
+    # One wild round (another process took the core) does not move a median of three
+    assert pair_of([1, 1, 1000], [1.01, 0.99, 1.0]) == SAME
+
+
+def pair_of(a, b):
+    return bisect.pair(a, b, 1.2)
+
+
+def test_the_three_answers():
+    good, bad = [1.0] * 3, [1.5] * 3
+    def answer(probe, way=SLOWER, good=good, bad=bad):
+        return bisect.answer(good, probe, probe, bad, way, 1.2)
+
+    assert answer([1.0] * 3) == LIKE_GOOD
+    assert answer([1.5] * 3) == LIKE_BAD
+    assert answer([1.3] * 3, good=[1.0] * 3, bad=[1.69] * 3) == UNKNOWN  # halfway: both moved
+    assert answer([1.3, 1.0, 1.5]) == UNKNOWN  # rounds disagree
+    assert answer([1.0] * 3, FASTER, good=bad, bad=good) == LIKE_BAD  # an improvement bisected the same way
+    # each comparison read in its own pairing: the box slower as a whole in the second
+    assert bisect.answer(good, [1.5] * 3, [3.0] * 3, [3.0] * 3, SLOWER, 1.2) == LIKE_BAD
+
+
+# --- the search -------------------------------------------------------------------------------------
+
+
+def test_names_the_sixth_commit_of_nine_in_four_measured_steps():
+    box = FakeBox({TOY: step_at(5)})
+    steps, found = run(box, [TOY])
+    assert [f.verdict for f in found] == ["culprit"]
+    assert found[0].first_bad == COMMITS[5] and found[0].last_good == COMMITS[4]
+    assert sum(s.measured for s in steps) <= 4
+    assert found[0].figures["first_bad"]["vs_good"] == pytest.approx(1.5, rel=0.05)
+    assert found[0].figures["last_good"]["vs_good"] == pytest.approx(1.0, rel=0.05)
+
+
+@pytest.mark.parametrize("culprit", range(1, 9))
+def test_every_culprit_position_is_found_in_log2_steps(culprit):
+    box = FakeBox({TOY: step_at(culprit)})
+    steps, found = run(box, [TOY])
+    assert found[0].first_bad == COMMITS[culprit] and found[0].verdict == "culprit"
+    assert len(steps) <= 4  # step 0 and three halvings of eight candidates
+
+
+def test_two_cells_that_moved_at_different_commits_are_reported_apart():
+    box = FakeBox({TOY: step_at(3), FUSED: step_at(7, 1.0, 2.0)})
+    steps, found = run(box, [TOY, FUSED])
+    by = {f.cell: f for f in found}
+    assert (by[TOY].first_bad, by[FUSED].first_bad) == (COMMITS[3], COMMITS[7])
+    assert by[FUSED].figures["first_bad"]["vs_good"] == pytest.approx(2.0, rel=0.05)
+    # the first probe serves both; after it their brackets part and each is measured alone
+    assert box.calls[1][1] == (TOY, FUSED)
+    assert any(cells == (TOY,) for _, cells, _ in box.calls) and any(cells == (FUSED,) for _, cells, _ in box.calls)
+
+
+def test_a_commit_that_does_not_build_is_skipped_and_the_answer_is_its_range():
+    box = FakeBox({TOY: step_at(5)}, broken={4: "does not build: setup.py exited 1"})
+    steps, found = run(box, [TOY])
+    assert found[0].verdict == "range"
+    assert found[0].candidates == [COMMITS[4], COMMITS[5]]
+    assert found[0].skipped == [{"commit": COMMITS[4], "reason": "does not build: setup.py exited 1"}]
+    assert [s.reason for s in steps if not s.measured] == ["does not build: setup.py exited 1"]
+
+
+def test_a_skipped_commit_outside_the_final_bracket_leaves_the_culprit_named():
+    box = FakeBox({TOY: step_at(5)}, broken={2: "predates the implementations interface 1"})
+    steps, found = run(box, [TOY])
+    assert (found[0].verdict, found[0].first_bad, found[0].skipped) == ("culprit", COMMITS[5], [])
+
+
+def test_a_failed_cell_skips_that_commit_for_that_cell_only():
+    box = FakeBox({TOY: step_at(5), FUSED: step_at(5)}, failed={(FUSED, 4): "failed: 3 ulp at index 7"})
+    _, found = run(box, [TOY, FUSED])
+    by = {f.cell: f for f in found}
+    assert by[TOY].verdict == "culprit" and by[TOY].first_bad == COMMITS[5]
+    assert by[FUSED].verdict == "range" and by[FUSED].skipped[0]["reason"] == "failed: 3 ulp at index 7"
+
+
+def test_an_unknown_answer_measures_more_rounds_up_to_the_budget_then_says_so():
+    # commit 4 is halfway (1.3x GOOD, BAD 1.3x it): like neither end however long it is measured
+    times = [1.0] * 4 + [1.3] + [1.69] * 4
+    box = FakeBox({TOY: times})
+    steps, found = run(box, [TOY], budget=9)
+    probe = next(s for s in steps if s.index == 4)
+    assert probe.rounds == 9 and probe.cells[TOY].answer == UNKNOWN
+    assert [r for sides, _, r in box.calls if len(sides) == 3 and sides[1] == COMMITS[4]] == [3, 3, 3]
+    assert found[0].verdict == "range" and "unknown after 9 rounds" in found[0].skipped[0]["reason"]
+
+
+def test_unclear_rounds_are_measured_again_and_then_answered():
+    """A probe whose first three rounds disagree is measured three more, and answered from all six."""
+    class Late(FakeBox):
+        def __call__(self, sides, cells, rounds, first):
+            out = super().__call__(sides, cells, rounds, first)
+            if len(sides) == 3 and first == 0:
+                out[TOY][1][0] = 1.0  # the probe's first round looks like GOOD
+            return out
+
+    box = Late({TOY: step_at(5)})
+    steps, found = run(box, [TOY])
+    assert max(s.rounds for s in steps) == 6
+    assert found[0].first_bad == COMMITS[5]
+
+
+def test_no_step_between_good_and_bad_is_not_reproduced_and_measures_nothing_more():
+    box = FakeBox({TOY: [1.0] * 9})
+    steps, found = run(box, [TOY])
+    assert [f.verdict for f in found] == [NOT_REPRODUCED] and len(steps) == 1
+    assert bisect.exit_code(found) == 1
+
+
+def test_an_interrupted_bisection_resumes_from_its_state_file(tmp_path):
+    state = tmp_path / "state.json"
+    plan = Plan(COMMITS, [TOY])
+
+    class Interrupted(FakeBox):
+        def __call__(self, sides, cells, rounds, first):
+            if len(self.calls) == 2:
+                raise KeyboardInterrupt
+            return super().__call__(sides, cells, rounds, first)
+
+    with pytest.raises(KeyboardInterrupt):
+        bisect.search(plan, Interrupted({TOY: step_at(5)}), state=state)
+    done = bisect.load_steps(plan, state)
+    assert len(done) == 2  # step 0 and the first probe were kept
+    again = FakeBox({TOY: step_at(5)})
+    steps = bisect.search(plan, again, done, state=state)
+    assert len(again.calls) == 2  # only the two probes left, not step 0 nor the first probe again
+    found = bisect.findings(COMMITS, bisect.replay(plan.cells, 9, steps, plan.factor), steps)
+    assert found[0].first_bad == COMMITS[5]
+    assert len(bisect.load_steps(plan, state)) == 4
+
+
+def test_a_state_file_of_another_bisection_is_refused(tmp_path):
+    from relu2.machine import UsageError
+
+    state = tmp_path / "state.json"
+    bisect.search(Plan(COMMITS, [TOY]), FakeBox({TOY: step_at(5)}), state=state)
+    with pytest.raises(UsageError, match="another bisection"):
+        bisect.load_steps(Plan(COMMITS, [FUSED]), state)
+    state.write_text("{not json")
+    with pytest.raises(UsageError, match="not a relu2 bisect state file"):
+        bisect.load_steps(Plan(COMMITS, [TOY]), state)
+
+
+# --- the command on a fixture repository, measured for real ---------------------------------------------
+
+PYPROJECT = '''[build-system]
+requires = ["setuptools>=77", "wheel"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "toykernel"
+version = "0.1.0"
+
+[project.entry-points."relu2.implementations"]
+{entry_points}
+'''
+
+IMPL = '''
+
+def {name}_relu_squared(x):
+    # the result of every commit
+{extra}    return torch.square(torch.relu(x))
+
+
+def {name}():
+    return Implementation("{name}", {name}_relu_squared, description="a kernel of the fixture repository")
+'''
+SLOW_LINE = "    torch.relu(x)  # the planted slowdown: relu computed twice, the result the same (about 1.5x)\n"
+BROKEN_SETUP = 'raise SystemExit("the planted broken build")\n'
+CELL_SIZE = 131072  # 512 KiB of float32: the extra relu costs about half again; at 1 MiB, on a loaded box,
+# the two 1 MiB allocations of a call took 1.4-2.5 ms against 75 µs for one (malloc returning them to the system)
+
+
+def fixture_repo(where: Path, count: int, slowed: dict[int, str], impls: tuple[str, ...] = ("toy",),
+                 comment_only: int | None = None, broken: int | None = None) -> list[str]:
+    """A git repository of the package ``toykernel`` declaring ``impls`` through interface 1, with
+    ``count`` commits (numbered from 1): from commit n of ``slowed`` (n -> impl) on, that impl computes
+    relu twice; commit ``comment_only`` changes only a comment; commit ``broken`` does not build (a
+    setup.py that exits), the next builds again. The commit hashes, oldest first."""
+    from test_history import git
+
+    where.mkdir()
+    git(where, "init", "-q", "-b", "main")
+    (where / "pyproject.toml").write_text(PYPROJECT.format(
+        entry_points="\n".join(f'{name} = "toykernel:{name}"' for name in impls)))
+    commits = []
+    for n in range(1, count + 1):
+        slow = {impl for at, impl in slowed.items() if n >= at}
+        comment = "# relu² kernels of the fixture" + (", said again" if comment_only and n >= comment_only else "")
+        body = "".join(IMPL.format(name=name, extra=SLOW_LINE if name in slow else "") for name in impls)
+        (where / "toykernel.py").write_text(f"{comment}\nimport torch\nfrom relu2.interface import Implementation\n{body}")
+        setup = where / "setup.py"
+        if n == broken:
+            setup.write_text(BROKEN_SETUP)
+        elif setup.exists():
+            setup.unlink()
+        if n != comment_only:
+            (where / "NOTES").write_text(f"commit {n}\n")
+        git(where, "add", "-A")
+        git(where, "commit", "-qm", f"commit {n}" + (f": {', '.join(i for a, i in slowed.items() if a == n)} slower"
+                                                     if n in slowed else ""))
+        commits.append(git(where, "rev-parse", "HEAD"))
+    return commits
+
+
+def relu2_bisect(*args: str, cwd: Path | None = None):
+    import os
+    import subprocess
+    import sys
+
+    # One thread a process: on a box of 2 shared cores, torch's two intra-op threads wait on each other
+    # whenever one is descheduled, and a 100 µs call then takes a scheduler tick (seen: 28-116 ms).
+    return subprocess.run([sys.executable, "-m", "relu2", "bisect", *args, "--device", "cpu"], cwd=cwd,
+                          capture_output=True, text=True, timeout=1500, env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+
+@pytest.mark.slow
+def test_bisect_names_the_sixth_of_nine_commits_in_four_measured_steps(tmp_path):
+    """9 commits: the 3rd changes only a comment, the 6th makes toy about 1.5x slower (bitwise the same)."""
+    repo = tmp_path / "toykernel"
+    commits = fixture_repo(repo, 9, {6: "toy"}, comment_only=3)
+    cell, state = f"toy:float32:{CELL_SIZE}:hot", tmp_path / "state.json"
+    run = relu2_bisect(commits[0], commits[-1], "--repo", str(repo), "--cell", cell, "--state", str(state),
+                       "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    (found,) = report["cells"]
+    assert (found["verdict"], found["first_bad"], found["last_good"]) == ("culprit", commits[5], commits[4]), \
+        run.stderr
+    assert report["measured_steps"] <= 4, run.stderr
+    assert found["figures"]["first_bad"]["vs_good"] > 1.2 > found["figures"]["last_good"]["vs_good"], found
+    assert "relu2 bisect: step 1" in run.stderr  # progress as it goes
+    assert repo.joinpath(".git", "worktrees").exists() is False or not any(repo.joinpath(".git", "worktrees").iterdir())
+    # The same command again: the state file answers, nothing is measured again
+    again = relu2_bisect(commits[0], commits[-1], "--repo", str(repo), "--cell", cell, "--state", str(state),
+                         cwd=tmp_path)
+    assert again.returncode == 0 and "resuming after" in again.stderr and "step 1" not in again.stderr, again.stderr
+    assert f"the first commit like BAD is {commits[5][:10]}" in again.stdout, again.stdout
+
+
+@pytest.mark.slow
+def test_bisect_names_two_culprits_apart_and_skips_a_commit_that_does_not_build(tmp_path):
+    """6 commits: toy slower from the 2nd, toy2 from the 5th, the 3rd does not build."""
+    repo = tmp_path / "toykernel"
+    commits = fixture_repo(repo, 6, {2: "toy", 5: "toy2"}, impls=("toy", "toy2"), broken=3)
+    run = relu2_bisect(commits[0], commits[-1], "--repo", str(repo), "--cell", f"toy:float32:{CELL_SIZE}:hot",
+                       "--cell", f"toy2:float32:{CELL_SIZE}:hot", "--state", str(tmp_path / "state.json"),
+                       "--format", "json", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    by = {c["cell"].split(":")[0]: c for c in report["cells"]}
+    assert (by["toy"]["verdict"], by["toy"]["first_bad"]) == ("culprit", commits[1]), run.stderr
+    assert (by["toy2"]["verdict"], by["toy2"]["first_bad"]) == ("culprit", commits[4]), run.stderr
+    skipped = [s for s in report["steps"] if s["reason"]]
+    assert [s["commit"] for s in skipped] == [commits[2]] and "does not build" in skipped[0]["reason"], report["steps"]
+    assert f"step {skipped[0]['number']} {commits[2][:10]} skipped: does not build" in run.stderr
+
+
+def test_unusable_input_is_one_line_and_exit_2(tmp_path):
+    """Refused before anything is measured: no cell, a ref that names nothing, GOOD not before BAD, a
+    gate report that is not one, a budget below the rounds a step needs."""
+    repo = tmp_path / "toykernel"
+    commits = fixture_repo(repo, 3, {})
+    cell = ("--cell", f"toy:float32:{CELL_SIZE}:hot")
+    for args, said in [((commits[0], commits[2]), "no cell to follow"),
+                       ((commits[0], "no-such-ref", *cell), "no-such-ref"),
+                       ((commits[2], commits[0], *cell), "is not an ancestor of BAD"),
+                       ((commits[1], commits[1], *cell), "the same commit"),
+                       ((commits[0], commits[2], "--from-gate", str(tmp_path / "absent.json")), "not a relu2 gate"),
+                       ((commits[0], commits[2], *cell, "--budget", "2"), "must be >= 3")]:
+        run = relu2_bisect(*args, "--repo", str(repo), cwd=tmp_path)
+        # the reason on the last line (argparse's refusals come after its usage text, as for every subcommand)
+        assert run.returncode == 2 and said in run.stderr.strip().splitlines()[-1] and not run.stdout, (args, run.stderr)
+    assert not (repo / ".git" / "relu2-bisect").exists()  # nothing written
+
+
+def test_the_text_names_the_culprit_its_figures_its_parent_and_every_step():
+    box = FakeBox({TOY: step_at(5)}, broken={4: "does not build: x"})
+    plan = Plan(COMMITS, [TOY])
+    steps = bisect.search(plan, box)
+    found = bisect.findings(COMMITS, bisect.replay(plan.cells, 9, steps, plan.factor), steps)
+    report = bisect.Report("repo", plan, steps, found, {c: f"subject {i}" for i, c in enumerate(COMMITS)}, "state.json")
+    text = bisect.format_text(report)
+    assert f"{TOY}: the first commit like BAD is one of 2, after {COMMITS[3][:10]}" in text
+    assert f"{COMMITS[4][:10]} (#4 of 8) subject 4: skipped, does not build: x" in text
+    assert f"{COMMITS[5][:10]} (#5 of 8) subject 5: like BAD" in text
+    assert len([line for line in text.splitlines() if line.startswith("  ") and "probe" in line]) == len(steps) - 1
+    as_json = json.loads(json.dumps(report.as_json()))
+    assert as_json["cells"][0]["verdict"] == "range" and as_json["exit"] == 0
+    assert as_json["measured_steps"] == sum(s.measured for s in steps)
