@@ -16,8 +16,12 @@
 #                   RELU2_GATE_ARGS adds arguments (e.g. --allow-missing 'ModelShapes.*')
 #     confirm=BASE,HEAD  the gate's flagged cells measured again (relu2 confirm, timed), then the gate
 #                   with --confirmed; its JSON files come back in logs.tgz
-#     suites=NAMES  the asv= steps after it measure only these suites (RELU2_BENCH_SUITES and --bench;
-#                   one suite), "suites=" all again
+#     suites=NAMES  the asv= and compare= steps after it measure only these suites (RELU2_BENCH_SUITES
+#                   and --bench; one suite), "suites=" all again
+#     planted=PATCH a branch planted-NAME in the clone: main with docs/aa/PATCH applied and committed
+#                   (NAME: the patch's name without .patch), for compare=main,planted-NAME
+#     compare=BASE,HEAD  relu2 compare BASE HEAD on this box (the checkout's instrument, the clone's
+#                   commits; BASE,BASE is an A/A), timed; the folders come back in compare.tgz
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
@@ -120,6 +124,28 @@ asv_run() {  # asv_run REV [MACHINE [RESULTS_DIR]]
   tar -C $repo -czf "$OUT/results-$machine.tgz" "$results"
 }
 
+clone() { [ -d /tmp/relu2-repo ] || git clone -q "$ROOT/.whl/repo.bundle" /tmp/relu2-repo; }
+
+planted() {  # planted PATCH: main with docs/aa/PATCH applied, as branch planted-NAME of the clone
+  local name=planted-${1%.patch} repo=/tmp/relu2-repo
+  clone
+  run "$name" bash -c "cd $repo && git checkout -q -B $name main && git apply '$ROOT/docs/aa/$1' &&
+    git -c user.name=relu2 -c user.email=relu2@localhost commit -qam 'planted: $1 (never merged)' &&
+    git checkout -q main && git log --oneline -1 $name"
+}
+
+compare_step() {  # compare_step BASE,HEAD
+  local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo folders=/tmp/relu2-compare
+  local name
+  name=$MACHINE-$(echo "$1" | tr -c 'a-zA-Z0-9\n' '_')
+  install_asv && clone || { echo "compare needs asv and the clone"; return 1; }
+  mkdir -p $folders
+  export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl" PIP_CONFIG_FILE=/dev/null
+  run "compare-$name" bash -c "cd $repo && t0=\$SECONDS; python3 -m relu2 compare $base $head --machine $MACHINE \
+    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} --out $folders/$name; echo compare exit \$? in \$((SECONDS - t0)) s"
+  tar -C $folders -czf "$OUT/compare.tgz" .
+}
+
 inspect_all() {
   for args in "compile_dynamic --shape 2048x12288" "compile_model --shape 2048x12288 --no-source" \
               "compile_dim0 --shape 2048x12288 --no-source" "compile_dynamic --shape 16384x12288 --no-source" \
@@ -168,10 +194,12 @@ for step in "${@:-smoke}"; do
     gate=*) pair=${step#gate=}
             run "gate-${pair//[^a-zA-Z0-9]/_}" bash -c "cd /tmp/relu2-repo && python3 -m relu2 gate ${pair%,*} ${pair#*,} --results $RESULTS --machine $MACHINE --spread ${RELU2_GATE_ARGS:-}; echo gate exit \$?" ;;
     confirm=*) confirm_step "${step#confirm=}" ;;
+    planted=*) planted "${step#planted=}" ;;
+    compare=*) compare_step "${step#compare=}" ;;
     suites=*) if [ -n "${step#suites=}" ]; then export RELU2_BENCH_SUITES=${step#suites=} RELU2_ASV_BENCH=${step#suites=}
               else unset RELU2_BENCH_SUITES RELU2_ASV_BENCH; fi ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
-    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | suites=NAMES | sweep=ARG+ARG...]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | planted=PATCH | compare=BASE,HEAD | suites=NAMES | sweep=ARG+ARG...]..." >&2; exit 2 ;;
   esac
 done
 if [ -d "/tmp/relu2-repo/$RESULTS" ]; then
