@@ -639,8 +639,11 @@ def export_csv(
 ) -> int:
     """Write the tidy CSV of ``load_rows`` to ``out`` (atomically), or to stdout when ``out`` is None or "-".
 
-    Returns the number of rows written.
+    Returns the number of rows written; ResultsError (nothing written) for a folder with no machine.
     """
+    if machine is None and not machines(results_dir):
+        raise ResultsError(f"{results_dir}: no machine with results (no <machine>/machine.json beside a result "
+                           "file): nothing to export")
     rows = load_rows(results_dir, machine=machine, commit=commit)
     if out is None or str(out) == "-":
         sys.stdout.write(csv_text(rows))

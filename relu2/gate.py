@@ -467,9 +467,10 @@ def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
     every box in a cross-box pair), judge every pair that includes it both ways, and count (a) the
     no-change comparisons that fail (any false flag) and (b) per family, mode and band, the share of
     cases caught when the head's cells are made ``factor`` slower."""
+    named = resolve_boxes(results_dirs, held_out) if held_out else []
     seen, runs, fixed = cross_box_seen(results_dirs)
     boxes = sorted({b for p in seen for b in p.boxes})
-    chosen = resolve_boxes(results_dirs, held_out) if held_out else boxes
+    chosen = named or boxes
     missing = [b for b in chosen if b not in boxes]
     if missing:
         raise GateInputError(f"{', '.join(missing)}: in no pair of two boxes of one folder; nothing to check")

@@ -395,7 +395,7 @@ def observe(a: Run, b: Run, l2_bytes: int, paired: bool) -> list[Observation]:
             and (x.cell.impl in REFERENCES or (x.fingerprint and x.fingerprint == y.fingerprint))
             and x.value and y.value]
     band = lambda cell: band_of_cell(cell, l2_bytes)  # noqa: E731
-    offsets = reference_moves(kept, band, paired)
+    offsets = reference_moves(kept, band, paired, bands=BAND_NAMES)
     out = []
     for x, y in kept:
         group = group_of(x.cell, l2_bytes)
@@ -418,7 +418,7 @@ class PairSeen:
 def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
     kept = [(x, y) for x, y in pairs(a.measurements, b.measurements)
             if y is not None and x.status == OK and y.status == OK and x.version == y.version]
-    offsets = reference_moves(kept, lambda cell: band_of_cell(cell, l2_bytes), paired)
+    offsets = reference_moves(kept, lambda cell: band_of_cell(cell, l2_bytes), paired, bands=BAND_NAMES)
     repicks = tuple(abs(move(Figure.of(x), Figure.of(y), paired)) for x, y in kept
                     if x.cell.measure in GATED_MODES and family_of(x.cell.impl) in AUTOTUNED and x.value and y.value
                     and x.fingerprint and y.fingerprint and only_repicked(x.fingerprint, y.fingerprint))

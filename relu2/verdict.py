@@ -143,14 +143,21 @@ class Bound:
 
 
 def reference_moves(pairs: Iterable[tuple[Measurement, Measurement]], band_of: Callable[[Cell], str],
-                    paired: bool = False) -> dict[tuple[str, str], float]:
+                    paired: bool = False, bands: Sequence[str] = ()) -> dict[tuple[str, str], float]:
     """Per (mode, band): the median move of the reference cells among ``pairs`` (ok at both sides),
-    where there are at least MIN_REFERENCES of them."""
+    where there are at least MIN_REFERENCES of them; a band with fewer takes its mode's over every
+    band (a box moves as a whole), when that has enough."""
     logs: dict[tuple[str, str], list[float]] = {}
     for b, h in pairs:
         if b.cell.impl in REFERENCES and b.cell.measure in TIMING_MODES and _positive(b.value) and _positive(h.value):
             logs.setdefault((b.cell.measure, band_of(b.cell)), []).append(move(Figure.of(b), Figure.of(h), paired))
-    return {key: quantile(v, 0.5) for key, v in logs.items() if len(v) >= MIN_REFERENCES}
+    out = {key: quantile(v, 0.5) for key, v in logs.items() if len(v) >= MIN_REFERENCES}
+    for mode in {m for m, _ in logs}:
+        every = [x for (m, _), v in logs.items() if m == mode for x in v]
+        if len(every) >= MIN_REFERENCES:
+            for band in {*bands, *(b for m, b in logs if m == mode)}:
+                out.setdefault((mode, band), quantile(every, 0.5))
+    return out
 
 
 # --- findings -------------------------------------------------------------------------------------
@@ -305,7 +312,8 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
     out.compared = len(comparable)
     rules = {id(b): rule_for(b, 0) for b, _, _ in comparable}
     out.gated = sum(1 for b, _, _ in comparable if rules[id(b)].gated)
-    moves = reference_moves(((b, h) for b, h, _ in comparable), band_of, paired)
+    moves = reference_moves(((b, h) for b, h, _ in comparable), band_of, paired,
+                            bands=sorted({band_of(b.cell) for b, _, _ in comparable}))
     for key, moved in moves.items():
         limit = bounds.get(key, math.inf) if bounds is not None and key[0] in GATED_MODES else math.inf
         if abs(moved) <= limit:
