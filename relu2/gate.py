@@ -428,11 +428,6 @@ def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box
     return model
 
 
-def floor_text() -> str:
-    """The floor, for --help (a constant: help text never reads the model)."""
-    return f"{noise.DEFAULT_FLOOR_S * 1e6:g} µs"
-
-
 def boxes_in(results_dirs: Sequence[str]) -> list[str]:
     """Every recorded box (results folder and machine) in ``results_dirs``."""
     try:

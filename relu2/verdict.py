@@ -35,12 +35,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from relu2.asv_names import KERNEL, PEAK_MEMORY, SUMMARY, Cell
 from relu2.asv_results import Measurement, ResultsError
-from relu2.schema import BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
+from relu2.schema import BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
 TIMING_MODES: tuple[str, ...] = tuple(m.name for m in MODES)
 PEAK_MEMORY_RATIO = 1.01  # deterministic for identical code: any growth past rounding is real
-MIN_ROUNDS = 3  # a re-measurement needs this many rounds a side
 REFERENCES = (BASELINE, ROOFLINE)  # torch's own kernels: unchanged by any commit, no fingerprint
 MIN_REFERENCES = 5  # reference cells a mode and band needs before its move is taken out
 # Families of implementations whose noise is alike (learned per family, mode and band: relu2.noise).
