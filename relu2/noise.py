@@ -375,6 +375,7 @@ class PairSeen:
     observations: tuple[Observation, ...]
     offsets: Mapping[tuple[str, str], float]
     repicks: tuple[float, ...] = ()  # |move| of the autotuned cells whose pick alone changed
+    today: bool = False  # its figures are of today's methods (rounds), as the gate judges new runs
 
 
 def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
@@ -384,7 +385,10 @@ def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
     repicks = tuple(abs(move(Figure.of(x), Figure.of(y), paired)) for x, y in kept
                     if x.cell.measure in GATED_MODES and family_of(x.cell.impl) in AUTOTUNED and x.value and y.value
                     and x.fingerprint and y.fingerprint and only_repicked(x.fingerprint, y.fingerprint))
-    return PairSeen((a.box, b.box), tuple(observe(a, b, l2_bytes, paired)), offsets, repicks)
+    from relu2.schema import mode as mode_named
+
+    today = any(x.version == mode_named(x.cell.measure).asv_version for x, _ in kept if x.cell.measure in GATED_MODES)
+    return PairSeen((a.box, b.box), tuple(observe(a, b, l2_bytes, paired)), offsets, repicks, today)
 
 
 def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, book: WidthBook | None = None,
@@ -458,7 +462,7 @@ def held_out(seen: Sequence[PairSeen], box: str, **kwargs: Any) -> tuple[NoiseMo
             for moved, base_s, name, reverse in ((o.moved, o.base_s, f"{a} -> {b}", False),
                                                  (-o.moved, o.base_s * math.exp(o.moved), f"{b} -> {a}", True)):
                 width = o.width(widths, typical, reverse) if cross else 0.0
-                cases.append((o.group, moved, base_s, width, math.log(ratio), name))
+                cases.append((o.group, moved, base_s, width, math.log(ratio), name, p.today))
     return model, cases
 
 
