@@ -118,7 +118,9 @@ def not_cells_in_gate(report: dict) -> list[str]:
 
 def _cell_mode(change: dict) -> str | None:
     """The timing mode of a flagged change of a gate report that is one cell (None: it is not one)."""
-    mode = change["benchmark"].rsplit(".", 1)[-1].removeprefix("track_")
+    from relu2.asv_names import measure_of
+
+    mode = measure_of(change["benchmark"], change.get("unit"))
     return mode if mode in MODE_NAMES and "impl" in change["params"] else None
 
 

@@ -33,7 +33,8 @@ from relu2.gate_report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, forma
 from relu2.machine import is_cpu_machine
 from relu2.noise import NoiseModel
 from relu2.schema import OK
-from relu2.verdict import GATED_MODES, REPICK_BOUND, SUMMARY, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
+from relu2.asv_names import SUMMARY
+from relu2.verdict import GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
     read_remeasurement, spread
 
 UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, not gated"

@@ -96,9 +96,10 @@ def reshape(html: Path) -> None:
 def _gated(name: str, info: dict[str, Any]) -> bool:
     """Whether ``relu2 gate`` judges the benchmark ``name`` ("bench_relu2.Grid.track_hot(...)") on this
     machine: never a CPU machine's figures, never launch (host wall clock), never a fingerprint."""
-    method = name.split("(", 1)[0].rsplit(".", 1)[-1]
-    what = method.removeprefix("track_")
-    if is_cpu_machine(info) or what == "kernel":
+    from relu2.asv_names import KERNEL, measure_of
+
+    what = measure_of(name)
+    if is_cpu_machine(info) or what == KERNEL:
         return False
     return what != "launch" if what in MODE_NAMES else True  # peak memory, per-implementation summaries
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from relu2.asv_names import KERNEL, PEAK_MEMORY, SUMMARY, Cell
+from relu2.asv_names import Cell
 from relu2.asv_results import Measurement, ResultsError
 from relu2.schema import BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
 
