@@ -125,15 +125,18 @@ How rounds are ordered: ROUNDS rounds; in each, a fresh process per side measure
 (its median is the round's figure). The order alternates, ABBA: base, head | head, base | base,
 head ... so neither side always runs first, and a drift of the box falls on both.
 
-What is paired: head round i against base round i, measured one after the other on one box. Both
+What is paired: head round i with base round i, measured one after the other on one box. Both
 sides are written as plain asv results (DIR/base/, DIR/head/: samples one median per round, in round
-order) with DIR/compare.json; docs/methodology.md says how the verdict reads them.
+order) with DIR/compare.json.
 
-The verdict: relu2 gate --compare DIR: the same-box noise model (learned from A/A compares of one
-commit against itself on one box), or --factor; the report states the model and its resolution,
-and is written to DIR/report.txt|md|json. Exit 0 pass, 1 a finding (a regression, a failed or
-vanished cell, a round that did not complete), 2 unusable input (one line, nothing written), 130
-interrupted. --measure-only stops before the verdict (exit 0 when measured).
+The verdict (relu2 gate --compare DIR, run after measuring): a cell moved by the median over rounds
+of head round i / the median of base rounds i-1..i+1, judged against the same-box noise model of
+this GPU (learned by relu2 noise learn --same-box from A/A compares), or --factor. A GPU without a
+same-box model is judged with its cross-box one (wider); a CPU without one is reported, not gated.
+The report names the model and prints its resolution for these cells (the smallest slowdown caught
+in 90% of no-change cases); it is written to DIR/report.txt|md|json. Exit 0 pass, 1 a finding (a
+regression, a failed or vanished cell, a round that did not complete), 2 unusable input (one line,
+nothing written), 130 interrupted. --measure-only stops before the verdict (exit 0 when measured).
 
 Cost: a round of a side costs what a measurement of one commit in one round costs
 (docs/tracking.md); the CPU quick grid (RELU2_BENCH_QUICK=1 --suites Grid) takes about a minute.

@@ -400,6 +400,12 @@ def _record(request: dict) -> int:
         list_benchmarks(root, listed)
     described = {b["name"]: b for b in json.loads(listed.getvalue())}
     machine = {**Machine.get_defaults(), "machine": request["machine"], **machine_info()}
+    if machine.get("l2_bytes") in (None, "", "none"):
+        # A CPU: the cache the noise model's bands are against is its last-level cache
+        # (relu2.timing.l2_bytes), which a same-box model learned from CPU compares needs.
+        from relu2.timing import l2_bytes
+
+        machine["l2_bytes"] = str(l2_bytes("cpu"))
     params = {**machine, "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
     results = Results(params, {}, request["sha"], request["date_ms"], params["python"], ENV_NAME, {})
     started = _dt.datetime.now(_dt.timezone.utc)

@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
@@ -28,11 +29,13 @@ QUICK = {"RELU2_BENCH_QUICK": "1"}
 
 def measure(out: Path, ref: str, runs: int, rounds: int) -> None:
     clone = out / "clone"
+    sha = subprocess.run(["git", "-C", str(HERE), "rev-parse", ref], check=True, capture_output=True,
+                         text=True).stdout.strip()
     if not clone.is_dir():
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(HERE), str(clone)], check=True)
-        sha = subprocess.run(["git", "-C", str(HERE), "rev-parse", ref], check=True, capture_output=True,
-                             text=True).stdout.strip()
-        subprocess.run(["git", "-C", str(clone), "checkout", "-q", "--detach", sha], check=True)
+    subprocess.run(["git", "-C", str(clone), "fetch", "-q", str(HERE), sha], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "-q", "--detach", sha], check=True)
+    print(f"measuring with a clone at {sha[:8]}", flush=True)
     for i in range(1, runs + 1):
         folder = out / f"aa-{i:02d}"
         if _complete(folder):
@@ -42,7 +45,7 @@ def measure(out: Path, ref: str, runs: int, rounds: int) -> None:
         cmd = [sys.executable, "-m", "relu2", "compare", "HEAD", "HEAD", "--suites", "Grid", "--rounds", str(rounds),
                "--device", "cpu", "--measure-only", "--out", str(folder)]
         run = subprocess.run(cmd, cwd=clone, env=dict(os.environ, **QUICK), capture_output=True, text=True)
-        print(f"aa-{i:02d}: measured, exit {run.returncode}" + (f": {run.stderr.strip().splitlines()[-1]}"
+        print(f"aa-{i:02d}: measured, exit {run.returncode}, {time.strftime('%H:%M:%S', time.gmtime())} UTC" + (f": {run.stderr.strip().splitlines()[-1]}"
                                                                if run.returncode else ""), flush=True)
 
 
