@@ -562,7 +562,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float = D
     state = state or default_state(repo, plan.commits, plan.cells)
     steps = load_steps(plan, state)
     say = progress or (lambda line: None)
-    say(f"relu2 bisect: {len(plan.commits) - 1} commits after GOOD {plan.commits[0][:10]} up to BAD "
+    say(f"relu2 bisect: {len(plan.commits) - 1} commit{'s' * (len(plan.commits) != 2)} after GOOD {plan.commits[0][:10]} up to BAD "
         f"{plan.commits[-1][:10]} (first parent), {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}; state {state}"
         + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
     steps = search(plan, confirm_oracle(repo, by_name, device), steps, state, say)
@@ -589,7 +589,8 @@ def format_text(report: Report) -> str:
 
     measured = sum(s.measured for s in report.steps)
     skipped = len(report.steps) - measured
-    lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} commits, "
+    lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} "
+             f"commit{'s' * (len(commits) != 2)}, "
              f"{measured} measured steps" + (f", {skipped} skipped unmeasured" if skipped else "")
              + f", paired factor {report.plan.factor:g}, at most {report.plan.budget} rounds a step"]
     for f in report.findings:

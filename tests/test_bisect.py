@@ -285,7 +285,7 @@ def relu2_bisect(*args: str, cwd: Path | None = None):
     # One thread a process: on a box of 2 shared cores, torch's two intra-op threads wait on each other
     # whenever one is descheduled, and a 100 µs call then takes a scheduler tick (seen: 28-116 ms).
     return subprocess.run([sys.executable, "-m", "relu2", "bisect", *args, "--device", "cpu"], cwd=cwd,
-                          capture_output=True, text=True, timeout=1500, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                          capture_output=True, text=True, timeout=3600, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
 @pytest.mark.slow
