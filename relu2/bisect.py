@@ -32,7 +32,7 @@ import json
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -100,8 +100,9 @@ def answer(good: Sequence[float], probe: Sequence[float], probe_b: Sequence[floa
 
 @dataclass
 class CellStep:
-    """One cell at one step: its answer, each side's median per round (GOOD, [probe,] BAD), and why
-    it was skipped ("" when it was not)."""
+    """One cell at one step: its answer, the medians per round of each side (step 0: GOOD, BAD; a
+    probe: GOOD, the probe beside GOOD, the probe beside BAD, BAD), and why it was skipped ("" when
+    it was not)."""
 
     answer: str
     figures: list[list[float]] = field(default_factory=list)
@@ -162,8 +163,6 @@ def replay(cells: Sequence[str], count: int, steps: Iterable[Step], factor: floa
 
 def advance(track: Track, step: Step, factor: float) -> Track:
     """``track`` after one step."""
-    from dataclasses import replace
-
     if step.number == 0:
         got = step.cells.get(track.cell)
         if got is None:
