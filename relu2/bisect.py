@@ -32,7 +32,7 @@ import json
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -100,8 +100,9 @@ def answer(good: Sequence[float], probe: Sequence[float], probe_b: Sequence[floa
 
 @dataclass
 class CellStep:
-    """One cell at one step: its answer, each side's median per round (GOOD, [probe,] BAD), and why
-    it was skipped ("" when it was not)."""
+    """One cell at one step: its answer, the medians per round of each side (step 0: GOOD, BAD; a
+    probe: GOOD, the probe beside GOOD, the probe beside BAD, BAD), and why it was skipped ("" when
+    it was not)."""
 
     answer: str
     figures: list[list[float]] = field(default_factory=list)
@@ -162,8 +163,6 @@ def replay(cells: Sequence[str], count: int, steps: Iterable[Step], factor: floa
 
 def advance(track: Track, step: Step, factor: float) -> Track:
     """``track`` after one step."""
-    from dataclasses import replace
-
     if step.number == 0:
         got = step.cells.get(track.cell)
         if got is None:
@@ -562,7 +561,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float = D
     state = state or default_state(repo, plan.commits, plan.cells)
     steps = load_steps(plan, state)
     say = progress or (lambda line: None)
-    say(f"relu2 bisect: {len(plan.commits) - 1} commits after GOOD {plan.commits[0][:10]} up to BAD "
+    say(f"relu2 bisect: {len(plan.commits) - 1} commit{'s' * (len(plan.commits) != 2)} after GOOD {plan.commits[0][:10]} up to BAD "
         f"{plan.commits[-1][:10]} (first parent), {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}; state {state}"
         + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
     steps = search(plan, confirm_oracle(repo, by_name, device), steps, state, say)
@@ -589,7 +588,8 @@ def format_text(report: Report) -> str:
 
     measured = sum(s.measured for s in report.steps)
     skipped = len(report.steps) - measured
-    lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} commits, "
+    lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} "
+             f"commit{'s' * (len(commits) != 2)}, "
              f"{measured} measured steps" + (f", {skipped} skipped unmeasured" if skipped else "")
              + f", paired factor {report.plan.factor:g}, at most {report.plan.budget} rounds a step"]
     for f in report.findings:

@@ -386,9 +386,10 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if not targets:
         return _fail("bisect", "no cell to follow: name one with --cell IMPL:DTYPE:SHAPE:MODE, or --from-gate a "
                      "report that flags one")
-    repo = machine.repo_of(args.repo or Path.cwd())
+    where = Path(args.repo) if args.repo else Path.cwd()
+    repo = machine.repo_of(where) if where.is_dir() else None
     if repo is None:
-        return _fail("bisect", f"{args.repo or Path.cwd()}: not a git checkout (name the repository with --repo)")
+        return _fail("bisect", f"{where}: not a git checkout (name the repository with --repo)")
     progress = None if args.no_progress else (lambda line: print(line, file=sys.stderr, flush=True))
     report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
                         state=Path(args.state) if args.state else None, device=machine.resolve_device(args.device),

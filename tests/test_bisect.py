@@ -285,7 +285,7 @@ def relu2_bisect(*args: str, cwd: Path | None = None):
     # One thread a process: on a box of 2 shared cores, torch's two intra-op threads wait on each other
     # whenever one is descheduled, and a 100 µs call then takes a scheduler tick (seen: 28-116 ms).
     return subprocess.run([sys.executable, "-m", "relu2", "bisect", *args, "--device", "cpu"], cwd=cwd,
-                          capture_output=True, text=True, timeout=1500, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                          capture_output=True, text=True, timeout=3600, env=dict(os.environ, OMP_NUM_THREADS="1"))
 
 
 @pytest.mark.slow
@@ -341,8 +341,9 @@ def test_unusable_input_is_one_line_and_exit_2(tmp_path):
                        ((commits[2], commits[0], *cell), "is not an ancestor of BAD"),
                        ((commits[1], commits[1], *cell), "the same commit"),
                        ((commits[0], commits[2], "--from-gate", str(tmp_path / "absent.json")), "not a relu2 gate"),
-                       ((commits[0], commits[2], *cell, "--budget", "2"), "must be >= 3")]:
-        run = relu2_bisect(*args, "--repo", str(repo), cwd=tmp_path)
+                       ((commits[0], commits[2], *cell, "--budget", "2"), "must be >= 3"),
+                       ((commits[0], commits[2], *cell, "--repo", str(tmp_path / "absent")), "not a git checkout")]:
+        run = relu2_bisect("--repo", str(repo), *args, cwd=tmp_path)
         # the reason on the last line (argparse's refusals come after its usage text, as for every subcommand)
         assert run.returncode == 2 and said in run.stderr.strip().splitlines()[-1] and not run.stdout, (args, run.stderr)
     assert not (repo / ".git" / "relu2-bisect").exists()  # nothing written
