@@ -212,10 +212,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     elif commit:
         commit = machine.git_resolve(commit, machine.repo_of(source)) or commit
     out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # a file of that name, or a path through one
-        return _fail("plot", f"cannot make the folder --out {out}: {e.strerror or e}")
+    blocker = next((p for p in (out, *out.parents) if p.exists()), None)  # made only once there is a plot
+    if blocker is not None and not blocker.is_dir():
+        return _fail("plot", f"cannot make the folder --out {out}: {blocker} is a file")
     drawn = plot.plot_all(rows, out, commit=commit, repo=machine.repo_of(source))
     for path in drawn:
         print(path)

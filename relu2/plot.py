@@ -29,6 +29,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 from relu2.results import Row, atomic_write_text  # noqa: E402
 from relu2.schema import OK, STATUSES  # noqa: E402
 from relu2.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape, parse_shape  # noqa: E402
+from relu2 import schema  # noqa: E402  (read at call time: the modes are the schema's MODES)
 from relu2.schema import mode as mode_of  # noqa: E402
 
 DPI = 150
@@ -242,6 +243,17 @@ def speedup_ticks(lo: float, hi: float) -> list[float]:
     return inside[::step]
 
 
+def kernel_modes() -> tuple[str, ...]:
+    """The modes whose figure is the kernel's own time (``relu2.schema.Mode.kernel_time``): the latency
+    and bandwidth plots' lines; a mode with host overhead would read as a slower kernel there."""
+    return tuple(m.name for m in schema.MODES if m.kernel_time)
+
+
+def speedup_modes() -> tuple[str, ...]:
+    """The speed-up plot's modes: the first kernel-time mode and every mode with host overhead."""
+    return kernel_modes()[:1] + tuple(m.name for m in schema.MODES if not m.kernel_time)
+
+
 def _modes_present(rows: Sequence[Row], wanted: Sequence[str]) -> list[str]:
     present = {r.mode for r in rows}
     return [m for m in wanted if m in present]
@@ -251,16 +263,16 @@ def _modes_present(rows: Sequence[Row], wanted: Sequence[str]) -> list[str]:
 # the plots
 
 
-def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "cold"),
+def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] | None = None,
                  stem: str = "latency") -> list[Path]:
     """Latency (µs) vs numel, log-log, a panel per dtype, a line per impl, median with IQR band.
 
-    Hot solid, cold dashed.  The memory floor (bytes ÷ copy's GB/s at its largest size) is the
+    One line style per mode (default: the kernel-time modes, ``kernel_modes``).  The memory floor (bytes ÷ copy's GB/s at its largest size) is the
     dotted black line.  ``rows`` should be one machine at one commit (see ``select_commit``).
     Returns the PNG and SVG paths, or [] when there is nothing to draw.
     """
     rows = size_rows(ok_rows(rows))
-    modes = _modes_present(rows, modes)
+    modes = _modes_present(rows, modes or kernel_modes())
     rows = [r for r in rows if r.mode in modes]
     if not rows:
         return []
@@ -291,14 +303,15 @@ def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
     return _save(fig, out_dir, stem)
 
 
-def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "cold"),
+def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] | None = None,
                    stem: str = "bandwidth") -> list[Path]:
     """Achieved GB/s (2 × numel × itemsize ÷ median) vs numel, a panel per dtype, with copy's ceiling.
 
-    Hot figures of small inputs are L2 bandwidth and can rise above the DRAM ceiling.
+    Hot figures of small inputs are L2 bandwidth and can rise above the DRAM ceiling.  Default modes:
+    ``kernel_modes``.
     """
     rows = size_rows(ok_rows(rows))
-    modes = _modes_present(rows, modes)
+    modes = _modes_present(rows, modes or kernel_modes())
     rows = [r for r in rows if r.mode in modes and math.isfinite(r.gbps)]
     if not rows:
         return []
@@ -338,16 +351,16 @@ def speedups(rows: Sequence[Row]) -> list[tuple[Row, float]]:
     return [(r, ratio[id(r)]) for r in rows if r.impl != BASELINE and id(r) in ratio]
 
 
-def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "launch"),
+def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] | None = None,
                  stem: str = "speedup") -> list[Path]:
     """Speed-up over eager (eager median ÷ median) vs numel, a panel per dtype; 1 = as fast as eager.
 
-    Hot (kernel time) solid, launch (what eager mode pays, launch overhead included) dotted by
-    default: the gap between them is the gain graph replay hides.  copy, in grey, is the bound a
+    By default (``speedup_modes``) the first kernel-time mode (hot) and the modes with host overhead
+    (launch: what eager mode pays): the gap between them is the gain graph replay hides.  copy, in grey, is the bound a
     one-pass kernel can reach.
     """
     pairs = speedups(size_rows(ok_rows(rows)))
-    modes = _modes_present([r for r, _ in pairs], modes)
+    modes = _modes_present([r for r, _ in pairs], modes or speedup_modes())
     pairs = [(r, s) for r, s in pairs if r.mode in modes]
     if not pairs:
         return []

@@ -198,12 +198,17 @@ def test_adding_a_mode_touches_the_schema_and_the_timers(tmp_path):
         from relu2.timing import Budget
         import functools
         sweep.run_resumable = functools.partial(sweep.run_resumable, budget=Budget(samples=2, sample_ms=0.1, max_calls=4))
+        from relu2 import plot
+        drawn, legend = [], plot._legend
+        plot._legend = lambda fig, impls, modes, *extra: (drawn.append(list(modes)), legend(fig, impls, modes, *extra))[1]
         out = Path({str(tmp_path / 'out')!r})
         code = cli.main(["sweep", "--device", "cpu", "--impl", "eager", "--dtype", "float32", "--sizes", "1024,4096",
                          "--modes", "hot,warm2", "--no-progress", "--out", str(out)])
         assert code == 0, code
         assert {{r.mode for r in read_csv(out / "sweep.csv")}} == {{"hot", "warm2"}}
         assert (out / "latency.png").exists()
+        # the new mode is a line of the latency and bandwidth plots (drawn first and second), beside hot
+        assert drawn[:2] == [["hot", "warm2"], ["hot", "warm2"]], drawn
         import benchmarks.bench_relu2 as b
         assert b.Grid.track_warm2.version == "1"
     """)
