@@ -210,7 +210,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     device = machine.resolve_device(args.device)
     timeout_s = timeout_from_env()  # checked even under --timeout: one variable, one meaning, everywhere
-    names = sweep_job.implementations(args.impl, sweep.registered_names())
+    names = sweep_job.implementations(args.impl, sweep.registered_names(), None if args.impl else sweep.default_names())
     cells = sweep_job.plan_cells(names, args.dtype, args.sizes or schema.default_sizes(device), grid=not args.no_grid,
                                  model_shapes=args.model_shapes, vllm_shapes=args.vllm_shapes, nemotron=args.nemotron)
     plan = sweep_job.Plan(device=device, cells=tuple(cells), modes=tuple(args.modes), named=tuple(args.impl or ()),
@@ -248,10 +248,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     elif commit:
         commit = machine.git_resolve(commit, machine.repo_of(source)) or commit
     out = Path(args.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:  # a file of that name, or a path through one
-        return _fail("plot", f"cannot make the folder --out {out}: {e.strerror or e}")
+    blocker = next((p for p in (out, *out.parents) if p.exists()), None)  # made only once there is a plot
+    if blocker is not None and not blocker.is_dir():
+        return _fail("plot", f"cannot make the folder --out {out}: {blocker} is a file")
     drawn = plot.plot_all(rows, out, commit=commit, repo=machine.repo_of(source))
     for path in drawn:
         print(path)
@@ -452,13 +451,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from relu2_impls import fused
+    import time
 
-    info = fused.build(verbose=args.verbose)
-    kind = "CUDA + CPU" if info.cuda else "CPU only"
-    how = "loaded from cache" if info.cached else "built"
-    print(f"fused extension ({kind}) {how} in {info.seconds:.1f} s: {info.directory}")
-    return 0
+    from relu2 import registry
+
+    broken = False
+    for name in registry.names():  # resolving an implementation builds what it needs (interface 1)
+        start = time.perf_counter()
+        impl = registry.get(name)
+        seconds = time.perf_counter() - start
+        broken |= impl.broken
+        state = ("BROKEN: " if impl.broken else "unavailable: ") + impl.reason.splitlines()[0] if not impl.available \
+            else f"ready in {seconds:.1f} s ({', '.join(impl.devices)})"
+        print(f"  {name:<22}{state}")
+    return 1 if broken else 0
 
 
 def _gate_floor() -> str:
@@ -577,8 +583,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "Interrupted, it keeps what it measured in DIR/sweep.partial.csv; the same command again "
                        "resumes.")
     _add_device(p)
-    p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all but the "
-                   f"warm-up variants {', '.join(schema.WARMUP_VARIANTS)}; copy always)")
+    p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: all but those "
+                   "that declare themselves variants, left out of a default sweep; copy always)")
     p.add_argument("--dtype", type=_csv_list(schema.DTYPES), default=list(schema.DTYPES), help="default: all three")
     p.add_argument("--sizes", type=_sizes, help=f"comma-separated numels, each {SIZE_FORMS} "
                    "(default: 2^10..2^28 every factor 4 on CUDA, up to 2^22 on the CPU)")
@@ -797,18 +803,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "call launches (CUDA), the code inductor generated for the graph dynamo picks (Triton on "
                        "CUDA, C++ on the CPU) with its launch configuration, and the width of every global load "
                        "and store, read from the PTX (Triton) or the SASS (the fused extension, via cuobjdump).")
-    p.add_argument("impl", metavar="IMPL", help="an implementation, e.g. compile_dynamic, compile_dim0, fused")
+    p.add_argument("impl", metavar="IMPL", help="an implementation (relu2 info lists them)")
     p.add_argument("--shape", type=_shape, required=True, help="the input's shape, e.g. 19418x13824 or 4096")
     p.add_argument("--dtype", choices=schema.DTYPES, default="bfloat16", help="default: bfloat16")
     _add_device(p)
     p.add_argument("--no-source", action="store_true", help="leave the generated source out")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("build", help="build the fused extension ahead of time",
-                       description="JIT-build the fused kernel (CUDA when a GPU is present, the C++ CPU twin "
-                       "always) into the cache keyed by the hash of its sources and flags, and say where and how "
-                       "long it took. Later processes load it in about a second.")
-    p.add_argument("--verbose", action="store_true", help="show the compiler's output")
+    p = sub.add_parser("build", help="build every implementation's kernels ahead of time",
+                       description="Resolve every registered implementation, which builds what it needs (the "
+                       "fused kernel: JIT-built into a cache keyed by the hash of its sources and flags, so later "
+                       "processes load it in about a second), and say how long each took or why it cannot run. "
+                       "Exit 1 when one of the measured package's own kernels did not build.")
     p.set_defaults(func=cmd_build)
     return parser
 

@@ -161,10 +161,8 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
         result.launched = _launched_kernels(impl.fn, x)
     if isinstance(impl.fn, Compiled):
         result.kernels = _compiled_kernels(impl.fn, x, caches)
-    elif name == "triton":
-        result.kernels = [_triton_builtin(x, caches)]
-    elif name in ("fused", "vllm_cuda"):  # both are kernels of the built extension (csrc/)
-        result.kernels = [_fused(device)]
+    elif impl.kernel is not None:  # a kernel of the implementation's own (interface 1 says which)
+        result.kernels = [_own_kernel(impl.kernel(x), caches)]
     else:
         result.notes.append("runs torch's own kernels: no generated code")
     return result
@@ -211,33 +209,23 @@ def _ptx_of(kernel_name: str, caches: Path) -> tuple[list[Access], str]:
     return ptx_accesses(ptx[-1].read_text()), "PTX"
 
 
-def _triton_builtin(x, caches: Path) -> Kernel:
-    from relu2_impls import triton_kernel
-
-    grid = -(-x.numel() // triton_kernel.BLOCK)
-    kernel = Kernel("_relu_squared_kernel", "triton",
-                    launch=f"BLOCK={triton_kernel.BLOCK} num_warps={triton_kernel.NUM_WARPS} grid=({grid},)")
-    kernel.accesses, kernel.accesses_from = _ptx_of("_relu_squared_kernel", caches)
-    return kernel
-
-
-def _fused(device: str) -> Kernel:
-    from relu2_impls import fused
-
-    info = fused.build()
-    kernel = Kernel("relu2_kernel", "cuda" if info.cuda else "cpp", source=str(fused.source_dir()))
-    if device != "cuda" or not info.cuda:
-        kernel.accesses_from = "the C++ CPU twin (csrc/relu2_cpu.cpp): no GPU load/store instructions"
+def _own_kernel(own, caches: Path) -> Kernel:
+    """An implementation's own kernel (``relu2.interface.Kernel``) with the width of its loads and
+    stores: from the PTX in the call's Triton cache, or the SASS of its binary."""
+    kernel = Kernel(own.name, own.language, source=own.source, launch=own.launch)
+    if own.language == "triton":
+        kernel.accesses, kernel.accesses_from = _ptx_of(own.name, caches)
+        return kernel
+    if own.language != "cuda" or not own.binary:
+        kernel.accesses_from = f"{own.language} for the CPU: no GPU load/store instructions"
         return kernel
     tool = shutil.which("cuobjdump")
     if tool is None:
         kernel.accesses_from = "cuobjdump not found (it comes with the CUDA toolkit)"
         return kernel
-    libraries = sorted(info.directory.glob("*.so"))
-    sass = subprocess.run([tool, "--dump-sass", str(libraries[0])], capture_output=True, text=True,
-                          timeout=120).stdout if libraries else ""
+    sass = subprocess.run([tool, "--dump-sass", own.binary], capture_output=True, text=True, timeout=120).stdout
     kernel.accesses = sass_accesses(sass)
-    kernel.accesses_from = "SASS" if kernel.accesses else f"no SASS read from {info.directory}"
+    kernel.accesses_from = "SASS" if kernel.accesses else f"no SASS read from {own.binary}"
     return kernel
 
 

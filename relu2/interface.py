@@ -59,6 +59,20 @@ class Compile:
         return call
 
 
+@dataclass(frozen=True)
+class Kernel:
+    """The kernel an implementation of its own runs, for ``relu2 inspect``: its ``name``, ``language``
+    ("cuda", "cpp" or "triton"), a ``launch`` configuration, the folder of its ``source``, and the
+    ``binary`` (a shared library) whose SASS shows the width of every load and store.  A Triton
+    kernel's PTX is read from the Triton cache of the call."""
+
+    name: str
+    language: str
+    launch: str = ""
+    source: str = ""
+    binary: str = ""
+
+
 def device_kind(device: Any) -> str:
     """"cuda" or "cpu" (or another type) from a torch.device, "cuda:1" or "cpu"."""
     return getattr(device, "type", None) or str(device).split(":", 1)[0]
@@ -90,8 +104,12 @@ class Implementation:
     ``writes_input``: ``fn`` overwrites its input (relu in place); it gets inputs of its own.
 
     ``prepare(dtype, shape, device)`` runs untimed before a cell's agreement check;
-    ``fingerprint(x)`` names the kernel that serves ``x`` (a hash; "" when there is none).
+    ``fingerprint(x)`` names the kernel that serves ``x`` (a hash; "" when there is none);
+    ``kernel(x)`` says what that kernel is (a ``Kernel``, for ``relu2 inspect``; None: torch's own).
     ``is_relu2`` is False only for the instrument's ``copy`` roofline.
+    ``in_default_sweep`` False leaves it out of a ``relu2 sweep`` that names no implementation (a
+    variant measured side by side in its own suite); set it on the entry point's factory too
+    (``factory.in_default_sweep = False``), so the sweep's plan reads it without building anything.
     """
 
     name: str
@@ -107,6 +125,8 @@ class Implementation:
     prepare: Callable[..., None] | None = None
     fingerprint: Callable[..., str] | None = None
     is_relu2: bool = True
+    kernel: Callable[..., Kernel] | None = None
+    in_default_sweep: bool = True
 
     def supports(self, device: Any) -> bool:
         """True when this implementation is available and accepts tensors on ``device``."""

@@ -29,6 +29,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: 
 from relu2.results import Row, atomic_write_text  # noqa: E402
 from relu2.schema import OK, STATUSES  # noqa: E402
 from relu2.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape, parse_shape  # noqa: E402
+from relu2 import schema  # noqa: E402  (read at call time: the modes are the schema's MODES)
 from relu2.schema import mode as mode_of  # noqa: E402
 
 DPI = 150
@@ -187,19 +188,23 @@ def _panels(n: int, sharey: bool = True):
 
 def _legend(fig, impls: Sequence[str], modes: Sequence[str], extra: Sequence[Line2D] = ()) -> None:
     """One legend for the whole figure, right of the panels: colours are impls, line styles modes."""
-    handles = [Line2D([], [], color=impl_style(i).colour, marker=impl_style(i).marker, linestyle="-", label=i)
-               for i in impls]
+    handles = [Line2D([], [], color=impl_style(i, impls).colour, marker=impl_style(i, impls).marker, linestyle="-",
+                      label=i) for i in impls]
     handles += [Line2D([], [], color="black", linestyle=mode_of(m).linestyle, label=mode_of(m).label) for m in modes]
     handles += list(extra)
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize=9)
 
 
 def _draw_lines(ax, rows: Sequence[Row], modes: Sequence[str], value: Callable[[Row], float],
-                band: Callable[[Row], tuple[float, float]] | None = None, skip: Iterable[str] = ()) -> None:
+                band: Callable[[Row], tuple[float, float]] | None = None, skip: Iterable[str] = (),
+                among: Iterable[str] = ()) -> None:
+    """One line per implementation and mode; ``among``: every implementation of the figure, so that a
+    panel's lines have the legend's styles (``relu2.schema.impl_style``)."""
+    among = tuple(among) or tuple(r.impl for r in rows)
     for impl in impl_order(r.impl for r in rows):
         if impl in skip:
             continue
-        colour, marker = impl_style(impl).colour, impl_style(impl).marker
+        colour, marker = impl_style(impl, among).colour, impl_style(impl, among).marker
         for m in modes:
             pts = series((r for r in rows if r.impl == impl and r.mode == m), value)
             if not pts:
@@ -242,6 +247,17 @@ def speedup_ticks(lo: float, hi: float) -> list[float]:
     return inside[::step]
 
 
+def kernel_modes() -> tuple[str, ...]:
+    """The modes whose figure is the kernel's own time (``relu2.schema.Mode.kernel_time``): the latency
+    and bandwidth plots' lines; a mode with host overhead would read as a slower kernel there."""
+    return tuple(m.name for m in schema.MODES if m.kernel_time)
+
+
+def speedup_modes() -> tuple[str, ...]:
+    """The speed-up plot's modes: the first kernel-time mode and every mode with host overhead."""
+    return kernel_modes()[:1] + tuple(m.name for m in schema.MODES if not m.kernel_time)
+
+
 def _modes_present(rows: Sequence[Row], wanted: Sequence[str]) -> list[str]:
     present = {r.mode for r in rows}
     return [m for m in wanted if m in present]
@@ -251,16 +267,16 @@ def _modes_present(rows: Sequence[Row], wanted: Sequence[str]) -> list[str]:
 # the plots
 
 
-def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "cold"),
+def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] | None = None,
                  stem: str = "latency") -> list[Path]:
     """Latency (µs) vs numel, log-log, a panel per dtype, a line per impl, median with IQR band.
 
-    Hot solid, cold dashed.  The memory floor (bytes ÷ copy's GB/s at its largest size) is the
+    One line style per mode (default: the kernel-time modes, ``kernel_modes``).  The memory floor (bytes ÷ copy's GB/s at its largest size) is the
     dotted black line.  ``rows`` should be one machine at one commit (see ``select_commit``).
     Returns the PNG and SVG paths, or [] when there is nothing to draw.
     """
     rows = size_rows(ok_rows(rows))
-    modes = _modes_present(rows, modes)
+    modes = _modes_present(rows, modes or kernel_modes())
     rows = [r for r in rows if r.mode in modes]
     if not rows:
         return []
@@ -269,7 +285,8 @@ def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
     extra = []
     for ax, dtype in zip(axes, dtypes):
         sub = [r for r in rows if r.dtype == dtype]
-        _draw_lines(ax, sub, modes, lambda r: r.median_s * 1e6, band=lambda r: (r.q25_s * 1e6, r.q75_s * 1e6))
+        _draw_lines(ax, sub, modes, lambda r: r.median_s * 1e6, band=lambda r: (r.q25_s * 1e6, r.q75_s * 1e6),
+                    among={r.impl for r in rows})
         ceiling = copy_ceiling_gbps(sub)
         if ceiling:
             pts = series(sub, lambda r: r.bytes / (ceiling * 1e9) * 1e6)
@@ -291,14 +308,15 @@ def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
     return _save(fig, out_dir, stem)
 
 
-def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "cold"),
+def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] | None = None,
                    stem: str = "bandwidth") -> list[Path]:
     """Achieved GB/s (2 × numel × itemsize ÷ median) vs numel, a panel per dtype, with copy's ceiling.
 
-    Hot figures of small inputs are L2 bandwidth and can rise above the DRAM ceiling.
+    Hot figures of small inputs are L2 bandwidth and can rise above the DRAM ceiling.  Default modes:
+    ``kernel_modes``.
     """
     rows = size_rows(ok_rows(rows))
-    modes = _modes_present(rows, modes)
+    modes = _modes_present(rows, modes or kernel_modes())
     rows = [r for r in rows if r.mode in modes and math.isfinite(r.gbps)]
     if not rows:
         return []
@@ -308,7 +326,7 @@ def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Seque
     for ax, dtype in zip(axes, dtypes):
         sub = [r for r in rows if r.dtype == dtype]
         _draw_lines(ax, sub, modes, lambda r: r.gbps,
-                    band=lambda r: (r.bytes / r.q75_s / 1e9, r.bytes / r.q25_s / 1e9))
+                    band=lambda r: (r.bytes / r.q75_s / 1e9, r.bytes / r.q25_s / 1e9), among={r.impl for r in rows})
         ceiling = copy_ceiling_gbps(sub)
         if ceiling:
             ax.axhline(ceiling, color="black", linestyle=(0, (1, 2)), linewidth=1.6)
@@ -338,16 +356,16 @@ def speedups(rows: Sequence[Row]) -> list[tuple[Row, float]]:
     return [(r, ratio[id(r)]) for r in rows if r.impl != BASELINE and id(r) in ratio]
 
 
-def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] = ("hot", "launch"),
+def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] | None = None,
                  stem: str = "speedup") -> list[Path]:
     """Speed-up over eager (eager median ÷ median) vs numel, a panel per dtype; 1 = as fast as eager.
 
-    Hot (kernel time) solid, launch (what eager mode pays, launch overhead included) dotted by
-    default: the gap between them is the gain graph replay hides.  copy, in grey, is the bound a
-    one-pass kernel can reach.
+    By default (``speedup_modes``) the first kernel-time mode (hot) and the modes with host overhead
+    (launch: what eager mode pays): the gap between them is the gain graph replay hides.  copy, in
+    grey, is the bound a one-pass kernel can reach.
     """
     pairs = speedups(size_rows(ok_rows(rows)))
-    modes = _modes_present([r for r, _ in pairs], modes)
+    modes = _modes_present([r for r, _ in pairs], modes or speedup_modes())
     pairs = [(r, s) for r, s in pairs if r.mode in modes]
     if not pairs:
         return []
@@ -358,7 +376,7 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
     fig, axes = _panels(len(dtypes))
     for ax, dtype in zip(axes, dtypes):
         sub = [r for r in srows if r.dtype == dtype]
-        _draw_lines(ax, sub, modes, lambda r: value[id(r)])
+        _draw_lines(ax, sub, modes, lambda r: value[id(r)], among={r.impl for r in srows})
         ax.axhline(1.0, color=impl_style(BASELINE).colour, linewidth=1.0)
         _size_axis(ax, (r.numel for r in sub))
         ax.set_yscale("log", base=2)
@@ -394,7 +412,7 @@ def plot_memory(rows: Sequence[Row], out_dir: str | os.PathLike, stem: str = "me
         sub = [r for r in rows if r.dtype == dtype]
         for impl in impl_order(r.impl for r in sub):
             pts = series((r for r in sub if r.impl == impl), lambda r: r.peak_bytes / (r.bytes / 2))
-            style = impl_style(impl)
+            style = impl_style(impl, {r.impl for r in rows})
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=style.colour, marker=style.marker,
                     markersize=4, linewidth=1.4)
         _size_axis(ax, (r.numel for r in sub))
@@ -436,7 +454,7 @@ def plot_tokens(rows: Sequence[Row], out_dir: str | os.PathLike, mode: str = "ho
         sub = by_width[width]
         for impl in impl_order(r.impl for r in sub):
             pts = sorted({parse_shape(r.shape)[0]: r.median_s * 1e6 for r in sub if r.impl == impl}.items())
-            style = impl_style(impl)
+            style = impl_style(impl, {r.impl for r in rows})
             ax.plot([t for t, _ in pts], [v for _, v in pts], color=style.colour, marker=style.marker,
                     markersize=4, linewidth=1.4, linestyle=mode_of(mode).linestyle)
         ax.set_xscale("log", base=2)

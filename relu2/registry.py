@@ -25,7 +25,7 @@ from relu2.interface import Compile, Implementation, entry_points, provided, una
 from relu2.reference import relu_squared_reference
 from relu2.schema import ROOFLINE
 
-__all__ = ["Implementation", "get", "implementations", "names", "register", "registered_here", "relu_squared",
+__all__ = ["Implementation", "get", "implementations", "in_default_sweep", "names", "register", "registered_here", "relu_squared",
            "unregister", "copy_bytes"]
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
@@ -178,6 +178,21 @@ def _resolve(name: str) -> Implementation:
     _registry[name] = entry
     _resolved.add(name)
     return entry
+
+
+def in_default_sweep(name: str) -> bool:
+    """Whether ``name`` is swept when no implementation is named (``Implementation.in_default_sweep``):
+    read from a resolved implementation, else from its entry point's factory, which is loaded (its
+    module imported), never called: nothing is built to plan a sweep."""
+    _load_entry_points()
+    entry = _registry.get(name)
+    if isinstance(entry, Implementation):
+        return entry.in_default_sweep
+    ep = next((ep for ep in entry_points() if ep.name == name), None)
+    try:
+        return bool(getattr(ep.load(), "in_default_sweep", True)) if ep is not None else True
+    except Exception:  # noqa: BLE001  a provider that does not load is swept, and fails there with the reason
+        return True
 
 
 def names() -> list[str]:

@@ -226,17 +226,9 @@ NEMOTRON_DTYPE = "bfloat16"
 # A routed expert's relu² runs on [tokens x top_k, width] (vllm/model_executor/models/nemotron_h.py):
 # at these widths a cell of T tokens is (T * top_k, width).  No other suite has these widths.
 ROUTED_TOP_K: Mapping[int, int] = {1856: 6}
-# The relu² paths vLLM can run (each path NemotronH takes: maybe_compile, the model-level backend,
-# the routed experts' in-place eager, vLLM's CUDA kernel), the fused kernel, and the roofline.
-VLLM_IMPLS: tuple[str, ...] = ("eager", "compile_dynamic", "compile_dim0", "compile_model", "eager_inplace", "fused",
-                               "vllm_cuda", "copy")
-# vLLM's own benchmark grid compares its kernel with the native path and its compiled forms.
-VLLM_SHAPES_IMPLS: tuple[str, ...] = ("eager", "compile_dynamic", "compile_dim0", "fused", "vllm_cuda", "copy")
 # Widths measured with both warm-up orders side by side (the widest Nemotron-H one, and the one where
 # marking only dim 0 dynamic was seen slower than eager).
 WARMUP_WIDTHS: tuple[int, ...] = (12288, 3712)
-WARMUP_IMPLS: tuple[str, ...] = ("compile_dynamic", "compile_dynamic_1tok", "compile_dim0", "compile_dim0_1tok",
-                                 "copy")
 
 
 def itemsize(dtype: str) -> int:
@@ -376,48 +368,49 @@ class Style:
     marker: str
 
 
-# The built-ins in display order: the instrument's references (relu2.registry) and this repository's
-# implementations under test (relu2_impls, entry points in pyproject.toml); a test keeps them in step.
-BUILTIN_STYLES: Mapping[str, Style] = {
-    "eager": Style("#D55E00", "o"),
+# The instrument's references (relu2.registry.REFERENCES), drawn alike in every plot.  An
+# implementation under test is the measured package's (interface 1), and the instrument knows it only
+# by name: its style is derived from the name (``impl_style``).
+REFERENCE_STYLES: Mapping[str, Style] = {
+    BASELINE: Style("#D55E00", "o"),
     "compile": Style("#56B4E9", "s"),
-    "compile_dynamic": Style("#0072B2", "D"),
-    "compile_dim0": Style("#E69F00", "P"),
-    "compile_model": Style("#F0E442", "p"),
-    "fused": Style("#009E73", "^"),
-    "triton": Style("#CC79A7", "v"),
-    "copy": Style("#666666", "."),
-    "compile_dynamic_1tok": Style("#0072B2", "d"),
-    "compile_dim0_1tok": Style("#E69F00", "X"),
-    # vLLM's own kernel and its routed-expert path: Okabe-Ito black and a dark gold, with markers no
-    # other built-in or plugin style uses, so neither is mistaken for fused or eager in a plot.
-    "vllm_cuda": Style("#000000", "x"),
-    "eager_inplace": Style("#A6761D", "+"),
+    ROOFLINE: Style("#666666", "."),
 }
-BUILTIN_IMPLS: tuple[str, ...] = tuple(BUILTIN_STYLES)
-# Built-ins that differ from another only in the shape they are first called at (relu2.compiled):
-# measured side by side in the vLLM suite, left out of a default sweep.
-WARMUP_VARIANTS: tuple[str, ...] = ("compile_dynamic_1tok", "compile_dim0_1tok")
-DEFAULT_IMPLS: tuple[str, ...] = tuple(n for n in BUILTIN_IMPLS if n not in WARMUP_VARIANTS)
-# The Grid and ModelShapes suites keep the implementations their committed history has.
-SUITE_IMPLS: tuple[str, ...] = ("eager", "compile", "compile_dynamic", "fused", "triton", "copy")
-# Implementations registered by users get one of these, chosen by a stable hash of the name.
-PLUGIN_COLOURS = ("#000000", "#882255", "#44AA99", "#999933", "#332288", "#AA4499", "#F0E442")
-PLUGIN_MARKERS = ("*", "h", "p", "<", ">", "8", "H")
+REFERENCES: tuple[str, ...] = tuple(REFERENCE_STYLES)
+# The styles implementations under test are given: colours legible in greyscale and unlike the
+# references', and markers no reference uses; slot i is colour i % 10 with marker (i + i // 10) % 10,
+# so 100 names can be told apart and neighbouring slots differ in colour.
+IMPL_COLOURS = ("#009E73", "#0072B2", "#CC79A7", "#E69F00", "#000000", "#A6761D", "#882255", "#44AA99",
+                "#332288", "#999933")
+IMPL_MARKERS = ("^", "D", "v", "P", "x", "+", "X", "p", "h", "*")
+_SLOTS = len(IMPL_COLOURS) * len(IMPL_MARKERS)
 
 
-def impl_style(name: str) -> Style:
-    """A built-in's style; any other name gets a colour and marker from a stable hash of it."""
-    if name in BUILTIN_STYLES:
-        return BUILTIN_STYLES[name]
-    digest = hashlib.sha256(name.encode()).digest()
-    return Style(PLUGIN_COLOURS[digest[0] % len(PLUGIN_COLOURS)], PLUGIN_MARKERS[digest[1] % len(PLUGIN_MARKERS)])
+def _slot_style(slot: int) -> Style:
+    n = len(IMPL_COLOURS)
+    return Style(IMPL_COLOURS[slot % n], IMPL_MARKERS[(slot + slot // n) % len(IMPL_MARKERS)])
+
+
+def impl_style(name: str, among: Iterable[str] = ()) -> Style:
+    """How ``name`` is drawn: a reference's own style; any other name the slot a stable hash of it picks,
+    moved to the next free slot when another implementation of ``among`` (the names drawn beside it),
+    taken in sorted order, holds that slot: the same name keeps its style from plot to plot, and no
+    two implementations of one plot look alike."""
+    if name in REFERENCE_STYLES:
+        return REFERENCE_STYLES[name]
+    taken: dict[str, int] = {}
+    for other in sorted(set(among) - set(REFERENCE_STYLES) | {name}):
+        slot = int.from_bytes(hashlib.sha256(other.encode()).digest()[:4], "big") % _SLOTS
+        while slot in taken.values():
+            slot = (slot + 1) % _SLOTS
+        taken[other] = slot
+    return _slot_style(taken[name])
 
 
 def impl_order(names: Iterable[str]) -> list[str]:
-    """Built-ins in display order, then any others alphabetically."""
+    """The references in their order, then the others alphabetically."""
     names = set(names)
-    return [n for n in BUILTIN_IMPLS if n in names] + sorted(names - set(BUILTIN_IMPLS))
+    return [n for n in REFERENCES if n in names] + sorted(names - set(REFERENCES))
 
 
 def dtype_order(names: Iterable[str]) -> list[str]:

@@ -227,6 +227,13 @@ def registered_names() -> list[str]:
     return names()
 
 
+def default_names() -> list[str]:
+    """The implementations a sweep that names none measures: all but the declared variants, unresolved."""
+    from relu2.registry import in_default_sweep
+
+    return [name for name in registered_names() if in_default_sweep(name)]
+
+
 # Tensors of a cell alive at once while it is checked: the input, its clone, the reference output,
 # the implementation's output, plus a few masks of a byte an element.
 _LIVE_COPIES = 4

@@ -41,12 +41,13 @@ class Plan:
     require_idle: bool = False  # refuse to measure on a machine that is not quiet (relu2.quiet)
 
 
-def implementations(asked: Sequence[str] | None, known: Sequence[str]) -> list[str]:
-    """The implementations to sweep (the defaults when none are asked for), roofline last; UsageError
-    naming an unknown one."""
+def implementations(asked: Sequence[str] | None, known: Sequence[str], default: Sequence[str] | None = None
+                    ) -> list[str]:
+    """The implementations to sweep (``default``, else every ``known`` one, when none are asked for),
+    roofline last; UsageError naming an unknown one."""
     from relu2.machine import UsageError
 
-    names = list(asked or [n for n in known if n in schema.DEFAULT_IMPLS or n not in schema.BUILTIN_IMPLS])
+    names = list(asked or (known if default is None else default))
     unknown = [n for n in names if n not in known]
     if unknown:
         raise UsageError(f"unknown implementation(s): {', '.join(unknown)}; known: {', '.join(known)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from relu2.interface import Implementation, unavailable
+from relu2.interface import Implementation, Kernel, unavailable
 
 
 def fused() -> Implementation:
@@ -17,7 +17,7 @@ def fused() -> Implementation:
         return unavailable("fused", f"the fused extension did not build: {e}", broken=True)
     return Implementation("fused", op.relu_squared, devices=("cpu", "cuda") if op.has_cuda() else ("cpu",),
                           description="csrc/ kernel via torch.library (CUDA kernel and C++ CPU twin)",
-                          fingerprint=_constant(op.build_key()))
+                          fingerprint=_constant(op.build_key()), kernel=_built_kernel)
 
 
 def triton() -> Implementation:
@@ -32,7 +32,7 @@ def triton() -> Implementation:
         return unavailable("triton", f"triton did not import: {e}", devices=("cuda",))
     return Implementation("triton", triton_kernel.relu_squared_triton, devices=("cuda",),
                           description="hand-written Triton kernel (Liger-style)",
-                          fingerprint=_constant(_source_hash(triton_kernel)))
+                          fingerprint=_constant(_source_hash(triton_kernel)), kernel=_triton_kernel)
 
 
 def vllm_cuda() -> Implementation:
@@ -54,7 +54,7 @@ def vllm_cuda() -> Implementation:
     return Implementation("vllm_cuda", op.vllm_relu_squared, devices=devices, nan_to_zero=True,
                           description="csrc/ kernel of vLLM's relu_squared structure (a block per token row, "
                                       "128-bit vectors, fp32 f > 0 ? f : 0 squared): NaN -> +0, declared",
-                          fingerprint=_constant(op.build_key()))
+                          fingerprint=_constant(op.build_key()), kernel=_built_kernel)
 
 
 def eager_inplace() -> Implementation:
@@ -79,6 +79,27 @@ compile_dim0 = partial(_vllm_compiled, "compile_dim0")
 compile_model = partial(_vllm_compiled, "compile_model")
 compile_dynamic_1tok = partial(_vllm_compiled, "compile_dynamic_1tok")
 compile_dim0_1tok = partial(_vllm_compiled, "compile_dim0_1tok")
+# Warmed at one token: measured beside their 16384-token twins in the WarmupOrder suite, not in a default sweep.
+compile_dynamic_1tok.in_default_sweep = compile_dim0_1tok.in_default_sweep = False
+
+
+def _built_kernel(x) -> Kernel:
+    """The kernel of the built extension (csrc/) that serves ``x``: CUDA on a GPU tensor, the C++ twin on the CPU."""
+    from relu2_impls import fused as op
+
+    info = op.build()
+    cuda = info.cuda and x.device.type == "cuda"
+    libraries = sorted(info.directory.glob("*.so"))
+    return Kernel("relu2_kernel", "cuda" if cuda else "cpp", source=str(op.source_dir()),
+                  binary=str(libraries[0]) if cuda and libraries else "")
+
+
+def _triton_kernel(x) -> Kernel:
+    from relu2_impls import triton_kernel
+
+    grid = -(-x.numel() // triton_kernel.BLOCK)
+    return Kernel("_relu_squared_kernel", "triton",
+                  launch=f"BLOCK={triton_kernel.BLOCK} num_warps={triton_kernel.NUM_WARPS} grid=({grid},)")
 
 
 class _constant:

@@ -51,7 +51,7 @@ def test_suites_take_their_grid_and_modes_from_the_package():
 
     impls, dtypes, numels = b.Grid.params
     assert (tuple(dtypes), tuple(numels)) == (schema.DTYPES, schema.DEFAULT_SIZES)
-    assert impls[:len(schema.SUITE_IMPLS)] == list(schema.SUITE_IMPLS)
+    assert impls[:len(b.SUITE_IMPLS)] == list(b.SUITE_IMPLS)
     assert b.ModelShapes.params[1:] == [list(schema.MODEL_TOKENS), list(schema.MODEL_HIDDEN)]
     assert b.VllmShapes.params[1:] == [list(schema.VLLM_TOKENS), list(schema.VLLM_HIDDEN)]
     assert b.Nemotron.params[1:] == [list(schema.NEMOTRON_TOKENS), list(schema.NEMOTRON_WIDTHS)]
@@ -71,7 +71,7 @@ def test_asv_discovers_the_suites(tmp_path):
                 for what in (*MODE_NAMES, "peak_memory", "kernel")}
     expected |= {f"bench_relu2.{suite}.track_{what}" for suite in ("VllmShapes", "Nemotron", "WarmupOrder")
                  for what in (*MODE_NAMES, "kernel")}
-    from relu2.schema import SUITE_IMPLS
+    from benchmarks.bench_relu2 import SUITE_IMPLS
 
     expected |= {f"bench_relu2.Implementations.track_{impl}" for impl in SUITE_IMPLS}  # the overview's tiles
     assert set(found) == expected

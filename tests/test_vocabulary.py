@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -69,24 +70,44 @@ def test_public_names_load_on_first_use():
     assert "no attribute 'no_such_name'" in run.stdout
 
 
-def test_schema_builtins_are_the_registry_builtins():
-    """BUILTIN_STYLES names exactly the instrument's references and this repository's entry points
-    (pyproject.toml's interface-1 group): a new implementation gets its display style with it."""
+def _declared() -> dict[str, str]:
+    """This repository's implementations: pyproject.toml's entry points of interface 1."""
     import tomllib
 
     from relu2.interface import ENTRY_POINT_GROUP
 
-    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
-    assert set(schema.BUILTIN_IMPLS) == set(registry.REFERENCES) | set(declared)
-    assert len(schema.BUILTIN_IMPLS) == len(set(schema.BUILTIN_IMPLS))
-    assert schema.BASELINE in schema.BUILTIN_IMPLS and schema.ROOFLINE in schema.BUILTIN_IMPLS
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
 
 
-def test_plugins_get_a_stable_style_of_their_own():
-    style = schema.impl_style("vllm")
-    assert style == schema.impl_style("vllm")
-    assert style.colour in schema.PLUGIN_COLOURS and style.marker in schema.PLUGIN_MARKERS
-    assert schema.impl_order(["zeta", "fused", "alpha", "eager"]) == ["eager", "fused", "alpha", "zeta"]
+def _literals(path) -> set[str]:
+    import ast
+
+    return {node.value for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)}
+
+
+def test_the_instrument_knows_the_measured_package_only_through_interface_1():
+    """No implementation of this repository is named in the schema, the command line or relu2 inspect,
+    and neither imports relu2_impls (issue 31): they reach it through entry points."""
+    import ast
+
+    names = set(_declared()) - {"triton"}  # also the language inductor writes kernels in (relu2 inspect says so)
+    for module in ("schema.py", "cli.py", "explain.py"):
+        path = ROOT / "relu2" / module
+        assert not names & _literals(path), (module, names & _literals(path))
+        imports = {getattr(node, "module", None) or alias.name for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+        assert not {i for i in imports if i and i.startswith("relu2_impls")}, (module, imports)
+    assert set(schema.REFERENCES) == set(registry.REFERENCES)
+
+
+def test_every_implementation_drawn_together_has_a_style_of_its_own():
+    names = [*_declared(), *schema.REFERENCES, "vllm", "mykernel", "toy"]
+    styles = [schema.impl_style(n, among=names) for n in names]
+    assert len(set(styles)) == len(names), dict(zip(names, styles))
+    assert schema.impl_style("fused", among=names) == schema.impl_style("fused", among=names)  # stable
+    assert schema.impl_style("vllm").colour in schema.IMPL_COLOURS and schema.impl_style("eager").marker == "o"
+    assert schema.impl_order(["zeta", "fused", "copy", "alpha", "eager"]) == ["eager", "copy", "alpha", "fused", "zeta"]
 
 
 def test_row_is_the_schema_columns_and_derives_its_metrics():
@@ -198,44 +219,90 @@ def test_adding_a_mode_touches_the_schema_and_the_timers(tmp_path):
         from relu2.timing import Budget
         import functools
         sweep.run_resumable = functools.partial(sweep.run_resumable, budget=Budget(samples=2, sample_ms=0.1, max_calls=4))
+        from relu2 import plot
+        drawn, legend = [], plot._legend
+        plot._legend = lambda fig, impls, modes, *extra: (drawn.append(list(modes)), legend(fig, impls, modes, *extra))[1]
         out = Path({str(tmp_path / 'out')!r})
         code = cli.main(["sweep", "--device", "cpu", "--impl", "eager", "--dtype", "float32", "--sizes", "1024,4096",
                          "--modes", "hot,warm2", "--no-progress", "--out", str(out)])
         assert code == 0, code
         assert {{r.mode for r in read_csv(out / "sweep.csv")}} == {{"hot", "warm2"}}
         assert (out / "latency.png").exists()
+        # the new mode is a line of the latency and bandwidth plots (drawn first and second), beside hot
+        assert drawn[:2] == [["hot", "warm2"], ["hot", "warm2"]], drawn
         import benchmarks.bench_relu2 as b
         assert b.Grid.track_warm2.version == "1"
     """)
 
 
-ADD_IMPL = """
-    # the whole change: a factory in relu2_impls/entry_points.py with its line in pyproject.toml (an
-    # entry point; simulated here by the registry entry it becomes), a style in relu2/schema.py
+CLAMP = '''"""relu² as a clamp: max(x, 0)², a new built-in: this module and its line in pyproject.toml."""
+
+from relu2.interface import Implementation
+
+
+def relu_squared_clamp(x):
     import torch
-    import relu2.schema as s
-    from relu2 import registry
-    s.BUILTIN_STYLES = {**s.BUILTIN_STYLES, "clamp": s.Style("#F0E442", "h")}
-    s.BUILTIN_IMPLS = tuple(s.BUILTIN_STYLES)
-    registry._registry["clamp"] = lambda: registry.Implementation("clamp", lambda x: torch.clamp(x, min=0).square())
-"""
+
+    return torch.square(torch.clamp(x, min=0))
 
 
-def test_adding_a_builtin_touches_the_implementations_and_the_schema(tmp_path):
-    _python(patch=ADD_IMPL, code=f"""
+def clamp():
+    return Implementation("clamp", relu_squared_clamp, description="torch.clamp(x, min=0) squared")
+'''
+
+
+def _reinstalled(checkout, site) -> None:
+    """What ``pip install -e .`` does for the entry points: the installed metadata of ``checkout``'s
+    pyproject.toml, in ``site`` (first on the path, so it is the distribution found)."""
+    import tomllib
+
+    project = tomllib.loads((checkout / "pyproject.toml").read_text())["project"]
+    info = site / "relu2_bench-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    (info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) for group, eps in project["entry-points"].items()))
+
+
+def test_a_builtin_is_added_in_two_files(tmp_path):
+    """A new built-in: its module in relu2_impls/ and one line in pyproject.toml, then the reinstall
+    (entry points are read from installed metadata).  It is then registered, checked, swept by default,
+    drawn in a style of its own and measured by every asv suite; no other file changes (issue 31)."""
+    import shutil
+
+    checkout = tmp_path / "checkout"
+    for part in ("relu2", "relu2_impls", "benchmarks", "csrc", "pyproject.toml"):
+        (shutil.copytree if (ROOT / part).is_dir() else shutil.copy)(ROOT / part, checkout / part)
+    before = {p.relative_to(checkout): p.read_bytes() for p in checkout.rglob("*") if p.is_file()}
+    (checkout / "relu2_impls" / "clamp.py").write_text(CLAMP)
+    pyproject = checkout / "pyproject.toml"
+    group = '[project.entry-points."relu2.implementations"]\n'
+    pyproject.write_text(pyproject.read_text().replace(group, group + 'clamp = "relu2_impls.clamp:clamp"\n'))
+    after = {p.relative_to(checkout): p.read_bytes() for p in checkout.rglob("*") if p.is_file()}
+    assert {p for p in after if before.get(p) != after[p]} == {Path("relu2_impls/clamp.py"), Path("pyproject.toml")}
+    _reinstalled(checkout, tmp_path / "site")
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(checkout)])}
+    code = f"""
+        import functools, relu2
         from pathlib import Path
-        import functools
+        assert Path(relu2.__file__).is_relative_to({str(checkout)!r})
         from relu2 import cli, sweep, schema
         from relu2.results import read_csv
         from relu2.timing import Budget
         sweep.run_resumable = functools.partial(sweep.run_resumable, budget=Budget(samples=2, sample_ms=0.1, max_calls=4))
         assert cli.main(["check", "--device", "cpu", "--impl", "clamp", "--dtype", "float32"]) == 0
-        out = Path({str(tmp_path / 'out')!r})
+        assert "clamp" in sweep.default_names()
         assert cli.main(["sweep", "--device", "cpu", "--impl", "eager,clamp", "--dtype", "float32",
-                         "--sizes", "1024", "--modes", "hot", "--no-progress", "--out", str(out)]) == 0
-        assert {{r.impl for r in read_csv(out / "sweep.csv")}} == {{"eager", "clamp", "copy"}}
-        assert schema.impl_style("clamp").marker == "h"
-    """)
+                         "--sizes", "1024", "--modes", "hot", "--no-progress", "--out", {str(out)!r}]) == 0
+        assert {{r.impl for r in read_csv(Path({str(out)!r}) / "sweep.csv")}} == {{"eager", "clamp", "copy"}}
+        import benchmarks.bench_relu2 as b
+        assert "clamp" in b.Grid.params[0] and "clamp" in b.WarmupOrder.params[0]
+    """
+    run = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=checkout, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (out / "latency.png").exists()
 
 
 def test_the_status_words_are_literals_only_in_the_schema():
