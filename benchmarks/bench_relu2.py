@@ -147,23 +147,16 @@ def _measure_all(device: str) -> dict:
 
     from relu2 import rounds, sweep
     from relu2.isolation import timeout_from_env
-    from relu2.timing import QUICK_BUDGET, ROUND_BUDGET
 
-    budget = QUICK_BUDGET if _quick() else ROUND_BUDGET
     n_rounds = rounds.rounds_from_env()
-    # Suite by suite, each cell once (suites share cells), the suites with history first.
-    plan, seen = [], set()
-    for suite in _selected():
-        cells = [c for c in suite.cells() if c not in seen and (device == "cuda" or c.numel <= CPU_MAX_NUMEL)]
-        seen.update(cells)
-        plan.append((suite.__name__, cells))
+    plan = measuring_plan(device)
     import relu2
 
     print(f"relu2: measured by the instrument at {os.path.dirname(relu2.__file__)}, {n_rounds} rounds", file=sys.stderr)
     start = time.perf_counter()
     # Each round a fresh worker pool; a kernel that crashes or hangs costs its own cells only (in the
     # round it did), and RELU2_TIMEOUT bounds a hang.
-    done = rounds.measure(plan, device, n_rounds, budget=budget, timeout_s=timeout_from_env())
+    done = rounds.measure(plan, device, n_rounds, budget=budget(), timeout_s=timeout_from_env())
     measured = {_key(cell): _entry(result) for cell, result in done.cells.items()}
     cost = (f"relu2: {os.environ.get('ASV_COMMIT', '')[:8]}: measured {len(measured)} cells on {device} in "
             f"{time.perf_counter() - start:.0f} s, {n_rounds} rounds of "
@@ -176,6 +169,25 @@ def _measure_all(device: str) -> dict:
         with open(log + ".cost", "a", encoding="utf-8") as f:
             f.write(cost + "\n")
     return {"device": device, "cells": measured}
+
+
+def measuring_plan(device: str) -> list:
+    """The cells to measure, suite by suite (named groups), each cell once (suites share cells), the
+    suites with history first; on the CPU only those up to CPU_MAX_NUMEL.  ``relu2 compare`` measures
+    the same plan, a round a process."""
+    plan, seen = [], set()
+    for suite in _selected():
+        cells = [c for c in suite.cells() if c not in seen and (device == "cuda" or c.numel <= CPU_MAX_NUMEL)]
+        seen.update(cells)
+        plan.append((suite.__name__, cells))
+    return plan
+
+
+def budget():
+    """A round's timing budget: the short one for the quick grid."""
+    from relu2.timing import QUICK_BUDGET, ROUND_BUDGET
+
+    return QUICK_BUDGET if _quick() else ROUND_BUDGET
 
 
 def _predates_interface() -> str:

@@ -1,4 +1,4 @@
-"""Read an asv results folder into tidy ``Row``s (and raw ``Record``s for the gate).
+"""Read an asv results folder into decoded ``Measurement``s (every reader's record) and tidy ``Row``s.
 
 asv stays the engine: files are opened with asv's own loaders (``asv.results.Results.load`` for a
 result file, ``asv.util.load_json`` for ``benchmarks.json`` and ``machine.json``), so a format asv
@@ -10,8 +10,8 @@ understands is a format this module understands.  What asv cannot tell us is wha
   parameters fills the rows' ``peak_bytes``;
 * parameter names come from ``benchmarks.json`` (never from a hard-coded module or class name);
   values are the ``repr`` strings asv stores, unquoted;
-* ``impl`` is required; ``dtype`` defaults to bfloat16 (the model-shape suite has no dtype
-  parameter); size comes from ``numel`` (shape ``(numel // 4096, 4096)`` when numel is a whole
+* a benchmark name and its parameters are decoded by ``relu2.asv_names`` (the dtype of a token
+  suite, which records none, included); size comes from ``numel`` (shape ``(numel // 4096, 4096)`` when numel is a whole
   number of 4096-wide rows, else ``(numel,)``) or from ``tokens`` x ``hidden`` (shape ``(tokens, hidden)``);
 * asv stores a failed cell as null and a skipped one (setup raised NotImplementedError) as NaN.
 
@@ -32,12 +32,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from relu2.asv_names import KERNEL, Cell, decode
 from relu2.results import Row, csv_text, make_row, write_csv
 from relu2.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, geometry, kernel_hex
+from relu2.schema import mode as mode_named
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
-DEFAULT_DTYPE = "bfloat16"  # the model-shape suite times bfloat16 and has no dtype parameter
 FAILED_REASON = "failed during asv run; see the asv log (asv keeps no error text in results)"
 SKIPPED_REASON = "n/a: setup raised NotImplementedError (asv stores skips as NaN)"
 
@@ -103,6 +104,11 @@ class Record:
         return (self.benchmark, self.params)
 
     @property
+    def cell(self) -> Cell:
+        """What it measured (``relu2.asv_names.decode``)."""
+        return decode(self.benchmark, self.params, self.unit)
+
+    @property
     def status(self) -> str:
         """``ok``, ``failed`` (null in asv) or ``skipped`` (NaN in asv)."""
         return cell_status(self.value)
@@ -111,6 +117,95 @@ class Record:
         """A short human label: ``Grid.track_hot(impl=fused, dtype=bfloat16, numel=16777216)``."""
         short = ".".join(self.benchmark.split(".")[-2:])
         return f"{short}({', '.join(f'{k}={v}' for k, v in self.params)})"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measurement of one commit on one box, decoded and de-duplicated: what every reader reads.
+
+    ``samples`` are asv's (NaN and None dropped); ``rounds`` says they are one median per round (a
+    fresh process each: the mode's method, read from ``version``).  ``fingerprint`` is the kernel
+    recorded for the same input at the same commit ("" when none: eager and copy, or not recorded).
+    ``box`` is where it was measured: ``<results folder>:<machine>`` (two folders may hold machines
+    of one name that are different boxes), or a compare folder's ``box``."""
+
+    cell: Cell
+    machine: str
+    box: str
+    commit: str
+    date_ms: int
+    status: str  # ok, failed (null in asv) or skipped (NaN in asv)
+    value: float | None  # the figure asv stores (the median of the samples); None failed, NaN skipped
+    samples: tuple[float, ...] = ()
+    rounds: bool = False
+    fingerprint: str = ""
+    version: str | None = None  # the benchmark's version: its method
+    unit: str = "seconds"
+    also: tuple[str, ...] = ()  # other suites listing the same measurement
+    started_at: int = 0
+
+    @property
+    def benchmark(self) -> str:
+        return self.cell.benchmark
+
+    @property
+    def params(self) -> tuple[tuple[str, str], ...]:
+        return self.cell.params
+
+    @property
+    def reason(self) -> str:
+        return {OK: "", FAILED: FAILED_REASON, SKIPPED: SKIPPED_REASON}[self.status]
+
+    def label(self) -> str:
+        return self.cell.label()
+
+    @property
+    def width(self) -> float:
+        """log(max/min) of its rounds: the spread between processes this figure shows (0 without rounds)."""
+        clean = [s for s in self.samples if s > 0]
+        return math.log(max(clean) / min(clean)) if self.rounds and len(clean) >= 2 else 0.0
+
+
+def measurements(records: Iterable[Record], box: str | None = None) -> list[Measurement]:
+    """Records -> Measurements, one per (machine, commit, what it measured).
+
+    A cell recorded twice (two environments or runs) is the newest (``started_at``); a measurement
+    several suites list (same implementation, dtype, shape and mode) is held by the first suite by
+    name, the others named in ``also``; a kernel fingerprint is attached to the cells of its input,
+    not returned on its own."""
+    newest: dict[tuple, Record] = {}
+    for r in records:
+        key = (r.machine, r.commit, r.key)
+        if key not in newest or r.started_at >= newest[key].started_at:
+            newest[key] = r
+    kernels: dict[tuple, str] = {}
+    for r in newest.values():
+        cell = r.cell
+        if cell.measure == KERNEL and r.status == OK:
+            kernels[(r.machine, r.commit, cell.input)] = kernel_hex(r.value)
+    out: dict[tuple, Measurement] = {}
+    for r in sorted(newest.values(), key=lambda r: (r.date_ms, r.machine, r.commit, r.benchmark)):
+        cell = r.cell
+        if cell.measure == KERNEL:
+            continue
+        key = (r.machine, r.commit, cell.identity)
+        if key in out:
+            first = out[key]
+            out[key] = replace(first, also=first.also + (cell.suite.rsplit(".", 1)[-1],))
+            continue
+        mode = cell.measure if cell.measure in MODE_NAMES else None
+        out[key] = Measurement(
+            cell=cell, machine=r.machine, box=box or r.machine, commit=r.commit, date_ms=r.date_ms, status=r.status,
+            value=r.value, samples=tuple(float(s) for s in r.samples or () if s is not None and not math.isnan(s)),
+            rounds=bool(mode) and mode_named(mode).samples_are_rounds(r.version),
+            fingerprint=kernels.get((r.machine, r.commit, cell.input), ""), version=r.version, unit=r.unit,
+            started_at=r.started_at)
+    return list(out.values())
+
+
+def box_of(results_dir: str | os.PathLike, machine: str) -> str:
+    """A recorded box: the results folder and the machine's name (never the name alone)."""
+    return f"{os.path.normpath(str(results_dir))}:{machine}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,9 +255,10 @@ def quartiles(value: float, stats: dict[str, Any] | None, samples: Sequence[floa
 def timing_row(
     *, machine: str, commit: str, date: str, mode: str, params: dict[str, str], value: float | None,
     stats: dict[str, Any] | None, samples: Sequence[float] | None, copy_median_s: float = math.nan,
-    **side: Any,
+    dtype: str | None = None, **side: Any,
 ) -> Row:
-    """The tidy row of one timing cell, through ``relu2.results.make_row``."""
+    """The tidy row of one timing cell, through ``relu2.results.make_row`` (``dtype``: the decoded
+    one, for a suite that records none)."""
     numel, shape = geometry(params)
     status = cell_status(value)
     median = q25 = q75 = math.nan
@@ -173,7 +269,7 @@ def timing_row(
     else:
         reason = FAILED_REASON if status == FAILED else SKIPPED_REASON
     return make_row(
-        machine=machine, commit=commit, date=date, impl=params["impl"], dtype=params.get("dtype", DEFAULT_DTYPE),
+        machine=machine, commit=commit, date=date, impl=params["impl"], dtype=params.get("dtype") or dtype,
         numel=numel, shape=shape, mode=mode, status=status, reason=reason, median_s=median, q25_s=q25, q75_s=q75,
         copy_median_s=copy_median_s, **side,
     )
@@ -201,7 +297,7 @@ def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -
         if info.mode is None or params.get("impl") != ROOFLINE or r.status != OK:
             continue
         try:
-            key = (r.machine, r.commit, info.mode, params.get("dtype", DEFAULT_DTYPE), geometry(params)[1])
+            key = (r.machine, r.commit, info.mode, r.cell.dtype, geometry(params)[1])
         except ValueError:
             continue
         same_suite[(_suite(r.benchmark), *key)] = float(r.value)
@@ -212,8 +308,8 @@ def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -
         if info.mode is not None:
             params = dict(r.params)
             try:
-                key = (r.machine, r.commit, info.mode, params.get("dtype", DEFAULT_DTYPE), geometry(params)[1])
-                row = timing_row(
+                key = (r.machine, r.commit, info.mode, r.cell.dtype, geometry(params)[1])
+                row = timing_row(dtype=r.cell.dtype,
                     machine=r.machine, commit=r.commit, date=iso_date(r.date_ms), mode=info.mode, params=params,
                     value=r.value, stats=r.stats, samples=r.samples,
                     copy_median_s=same_suite.get((_suite(r.benchmark), *key), any_suite.get(key, math.nan)),
@@ -512,6 +608,19 @@ def load_records(
     for _, path, m, result in loaded:
         records.extend(_records_of_result(Path(path), m, result, benchmarks))
     return with_rows(records, benchmarks)
+
+
+def load_measurements(results_dir: str | os.PathLike, machine: str | None = None, commit: str | None = None,
+                      box: str | None = None) -> list[Measurement]:
+    """The de-duplicated measurements of ``machine`` (default: all) at ``commit`` (a ref; default: all),
+    each of box ``box`` (default: ``box_of(results_dir, machine)``).  ResultsError for anything unreadable."""
+    records = load_records(results_dir, machine, commit)
+    if box is not None:
+        return measurements(records, box)
+    by_machine: dict[str, list[Record]] = {}
+    for r in records:
+        by_machine.setdefault(r.machine, []).append(r)
+    return [m for name, rs in by_machine.items() for m in measurements(rs, box_of(results_dir, name))]
 
 
 def load_rows(results_dir: str | os.PathLike, machine: str | None = None, commit: str | None = None) -> list[Row]:

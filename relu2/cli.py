@@ -107,6 +107,42 @@ def _out_file(text: str) -> str:
     return text
 
 
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"no names in {text!r} (a comma-separated list, e.g. Grid,ModelShapes)")
+    return names
+
+
+COMPARE_DOC = """\
+Measure BASE and HEAD on this machine, side by side, and judge HEAD against BASE on paired figures.
+
+What is measured: both commits' packages, built from git worktrees with no network (each installed
+into a folder of its own), measured by this checkout's instrument (its relu2 package and
+benchmarks/, copied once), every cell of the chosen suites.
+
+How rounds are ordered: ROUNDS rounds; in each, a fresh process per side measures every cell once
+(its median is the round's figure). The order alternates, ABBA: base, head | head, base | base,
+head ... so neither side always runs first, and a drift of the box falls on both.
+
+What is paired: head round i with base round i, measured one after the other on one box. Both
+sides are written as plain asv results (DIR/base/, DIR/head/: samples one median per round, in round
+order) with DIR/compare.json.
+
+The verdict (relu2 gate --compare DIR, run after measuring): a cell moved by the median over rounds
+of head round i / the median of base rounds i-1..i+1, judged against the same-box noise model of
+this GPU (learned by relu2 noise learn --same-box from A/A compares), or --factor. A GPU without a
+same-box model is judged with its cross-box one (wider); a CPU without one is reported, not gated.
+The report names the model and prints its resolution for these cells (the smallest slowdown caught
+in 90% of no-change cases); it is written to DIR/report.txt|md|json. Exit 0 pass, 1 a finding (a
+regression, a failed or vanished cell, a round that did not complete), 2 unusable input (one line,
+nothing written), 130 interrupted. --measure-only stops before the verdict (exit 0 when measured).
+
+Cost: a round of a side costs what a measurement of one commit in one round costs
+(docs/tracking.md); the CPU quick grid (RELU2_BENCH_QUICK=1 --suites Grid) takes about a minute.
+"""
+
+
 def _target(text: str):
     from relu2.confirm import parse_target
 
@@ -240,13 +276,26 @@ def cmd_publish(args: argparse.Namespace) -> int:
 def cmd_gate(args: argparse.Namespace) -> int:
     from relu2 import gate
 
-    report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor,
-                       base_machine=args.base_machine, head_machine=args.head_machine,
-                       floor_s=None if args.floor_us is None else args.floor_us * 1e-6,
-                       gate_launch=args.gate_launch, allow_missing=args.allow_missing, with_spread=args.spread,
-                       across_gpus=args.across_gpus, across_versions=args.across_versions,
-                       allow_failed_base=args.allow_failed_base, confirmed=args.confirmed,
-                       noise_model=args.noise_model)
+    floor_s = None if args.floor_us is None else args.floor_us * 1e-6
+    if args.compare:
+        extra = [f for f, v in (("BASE", args.base), ("--machine", args.machine), ("--base-machine", args.base_machine),
+                                ("--head-machine", args.head_machine), ("--confirmed", args.confirmed),
+                                ("--across-gpus", args.across_gpus)) if v]
+        if extra:
+            return _fail("gate", f"--compare DIR names its own commits and box: {', '.join(extra)} does not go with it")
+        report = gate.gate_compare(args.compare, factor=args.factor, floor_s=floor_s, gate_launch=args.gate_launch,
+                                   allow_missing=args.allow_missing, with_spread=args.spread,
+                                   across_versions=args.across_versions, allow_failed_base=args.allow_failed_base,
+                                   noise_model=args.noise_model)
+    else:
+        if not (args.base and args.head):
+            return _fail("gate", "give BASE and HEAD, or --compare DIR")
+        report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor,
+                           base_machine=args.base_machine, head_machine=args.head_machine, floor_s=floor_s,
+                           gate_launch=args.gate_launch, allow_missing=args.allow_missing, with_spread=args.spread,
+                           across_gpus=args.across_gpus, across_versions=args.across_versions,
+                           allow_failed_base=args.allow_failed_base, confirmed=args.confirmed,
+                           noise_model=args.noise_model)
     print(report.render(args.format))
     if args.spread:
         print("\nSPREAD (head/base per implementation and mode, over the cells ok in both)")
@@ -254,8 +303,26 @@ def cmd_gate(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from relu2 import compare
+
+    out = Path(args.out) if args.out else compare.default_out()
+    try:
+        compare.measure(args.base, args.head, out, repo=args.repo, suites=args.suites, rounds=args.rounds,
+                        machine=args.machine, device=args.device)
+    except RuntimeError as e:  # a round's process died: work not done, not bad input
+        print(f"relu2 compare: {e} (the rounds so far are in {out}, marked incomplete)", file=sys.stderr)
+        return 1
+    if args.measure_only:
+        print(f"relu2 compare: measured, not judged (--measure-only): relu2 gate --compare {out}")
+        return 0
+    report, code = compare.judge(out, args.format, factor=args.factor, noise_model=args.noise_model)
+    print(report)
+    return code
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from relu2 import confirm, machine
+    from relu2 import compare, confirm, machine
     from relu2.results import atomic_write_text
 
     targets, not_cells = list(args.cell), []
@@ -264,6 +331,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             report = json.loads(Path(args.from_gate).read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
+        if not isinstance(report, dict) or not isinstance(report.get("regressions"), list):
+            return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report (no list of regressions)")
         try:
             targets += confirm.targets_from_gate(report)
             not_cells = confirm.not_cells_in_gate(report)
@@ -273,8 +342,13 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         print(f"relu2 confirm: not re-measured: {', '.join(not_cells)} (a summary over Grid cells, not one cell; "
               "the gate still fails on it: confirm the cells it summarises with --cell)", file=sys.stderr)
     if not targets:
-        print("relu2 confirm: nothing to re-measure (no --cell, and the gate report flags no cell)")
-        return 1 if not_cells else 0
+        if not_cells:  # only summaries: named above, work not done
+            print("relu2 confirm: nothing else to re-measure: the gate report flags no cell")
+            return 1
+        return _fail("confirm", "nothing to re-measure: no --cell, and " +
+                     (f"{args.from_gate} flags no cell" if args.from_gate else "no --from-gate report"))
+    if args.out:
+        compare.check_out_file(Path(args.out))
     repo = machine.repo_of(Path.cwd())
     if repo is None:
         return _fail("confirm", "run it inside the git checkout that holds both commits")
@@ -283,7 +357,10 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     if args.out:
         atomic_write_text(args.out, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
     print(confirm.format_confirmation(report))
-    return 1 if not_cells else 0
+    missing = confirm.not_measured(report)
+    if missing:
+        print(f"relu2 confirm: no figure on a side for {', '.join(missing)} (the reasons are above)", file=sys.stderr)
+    return 1 if not_cells or missing else 0
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -319,24 +396,25 @@ def cmd_noise(args: argparse.Namespace) -> int:
     from relu2 import gate
 
     if args.action == "check":
-        if not args.exclude_machine:
-            return _fail("noise", "check needs --exclude-machine NAME: the box whose runs are left out of the learning")
-        for held in args.exclude_machine:
-            rows = gate.noise_check(args.results, held)
-            for fitted in (False, True):
-                sel = [r for r in rows if r["held_out"] != fitted]
-                fails = sum(1 for r in sel if r["false_flags"])
-                print(f"without {held}: {'fitted' if fitted else 'not fitted'} pairs: {fails} of {len(sel)} "
-                      f"comparisons fail; {sum(r['false_flags'] for r in sel)} false flags in "
-                      f"{sum(r['gated'] for r in sel)} gated cells")
+        if args.same_box:
+            return _fail("noise", "check is leave-one-box-out over results folders; --same-box is for learn")
+        print(gate.format_check(gate.noise_check(args.results, args.exclude_box)))
         return 0
-    command = "relu2 noise learn " + " ".join(args.results) + "".join(f" --exclude-machine {m}"
-                                                                       for m in args.exclude_machine)
-    model = gate.noise_learn(args.results, args.out, args.exclude_machine, command=command + f" --out {args.out}")
+    if not args.out:
+        return _fail("noise", "learn needs --out FILE (the shipped model, relu2/noise_model.json, is written only "
+                              "when named)")
+    if not args.results and not args.same_box:
+        return _fail("noise", "learn needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
+    if args.results and args.same_box:
+        return _fail("noise", "one kind of model at a time: RESULTS_DIR... (cross-box) or --same-box (same-box)")
+    command = ("relu2 noise learn " + " ".join(args.results) + "".join(f" --same-box {d}" for d in args.same_box)
+               + "".join(f" --exclude-box {b}" for b in args.exclude_box) + f" --out {args.out}")
+    boxes = gate.resolve_boxes(args.results, args.exclude_box) if args.exclude_box else []
+    model = gate.noise_learn(args.results, args.out, same_box=args.same_box, exclude_boxes=boxes, command=command)
     for f in model.fits:
-        print(f"{f.mode:<6} {f.band:<8} {f.cells:>5} cases from {f.pairs:>2} pairs; threshold at 1000 gated cells "
-              f"{model.threshold(f.mode, f.band, 1000):.3f}x (largest seen {f.max_ratio:.3f}x)")
-    print(f"wrote {args.out}", file=sys.stderr)
+        print(f"{f.family:<14} {f.mode:<6} {f.band:<8} {f.cells:>5} cases from {f.pairs:>2} pairs; ratio at 1000 "
+              f"gated cells {model.ratio(f.key, 1000):.3f}x")
+    print(f"wrote the {model.kind} model of {model.gpu} to {args.out}", file=sys.stderr)
     return 0
 
 
@@ -377,33 +455,27 @@ def _gate_floor() -> str:
 
 
 def _gate_description() -> str:
-    """--help of the gate, stated from the model it loads (budget, bands, resolution), never from literals."""
+    """--help of the gate: constants only (help text never reads or simulates the model)."""
     from relu2 import noise
 
-    try:
-        model = noise.load_model()
-        budget, gpu = model.budget, model.gpu
-        res = "; ".join(f"{f.mode} {f.band}: {noise.resolution(f.sample, noise.Rule(True, model.threshold(f.mode, f.band, 1000), model.floor_s)):.3g}x"
-                        for f in model.fits)
-    except noise.NoiseModelError:
-        budget, gpu, res = noise.BUDGET, "none", "not known"
-    return ("Compare two commits' recorded asv results. A cell is flagged when HEAD is slower than BASE beyond the "
-            f"noise model learned from recorded runs of unchanged code ({gpu}; relu2 noise learn): per timing mode "
-            "and band of bytes moved against the L2 (" + ", ".join(noise.BAND_NAMES) + "), a ratio times the cell's "
-            "own spread between processes (the widest its rounds showed in a recorded run, or its base's rounds), "
-            "after the move of the references (eager, copy) in the same mode and band, AND an absolute "
-            f"floor ({_gate_floor()}); with rounds on both sides every head round must be slower than every base "
-            f"round. The thresholds are sized so that at most {budget:.0%} of runs of unchanged "
-            "code fail: each gated cell gets that budget divided by the number of gated cells. Resolution (the "
-            f"slowdown caught in 90% of recorded no-change cases, at 1000 gated cells): {res}. Modes whose figure "
-            "is the kernel's own time are gated; launch is reported (--gate-launch). A flagged cell is a "
-            "regression; re-measure the flagged cells (base and head, fresh interleaved rounds) and pass "
-            "--confirmed FILE (relu2 confirm writes it) to fail only on those flagged again. A cell that had a result "
-            "at BASE and fails at HEAD fails; one that has none at HEAD (skipped, missing, renamed) fails unless "
-            "--allow-missing names it. A cell whose code stayed and whose autotuned pick changed is reported as "
-            "repicked, never failing. Refused (exit 2) "
-            "unless a flag says you mean it: two GPU models, two versions of a benchmark, a base whose cells "
-            "mostly failed. Exit 1 on any finding, 0 on none, 2 on unusable input.")
+    return ("Judge HEAD against BASE: two commits in a results folder (cross-box: the median of each cell's "
+            "rounds), or a compare folder (--compare DIR: base and head measured side by side on one box by "
+            "relu2 compare; round i of head against base rounds i-1..i+1). One rule for both: a cell is slower "
+            "when it moved beyond its threshold, times its spread between processes (cross-box), after the move of "
+            "the references (eager, copy) in its mode and band as far as a box moves (a larger common move is "
+            "reported and left in), AND beyond an absolute floor (" + _gate_floor() + "). Thresholds come from the "
+            "noise model of this GPU model and kind (relu2/noise_model.json; relu2 noise learn), per "
+            "implementation family, timing mode and band of bytes against the L2 (" + ", ".join(noise.BAND_NAMES)
+            + f"), sized so that at most {noise.BUDGET:.0%} of runs of unchanged code fail. A GPU with no model of "
+            "its own is refused, or judged by --factor only. Every report ends with its resolution: the slowdown "
+            "caught in 90% of no-change cases of boxes the model did not learn from. launch is reported "
+            "(--gate-launch gates it); on a CPU machine timings are reported, not gated (--factor gates them). "
+            "Fails: a regression, a new failure, a vanished cell, a cell the head measured that has no base figure "
+            "(--allow-missing names those allowed). Repicked (same code, another autotuned pick) is reported, only "
+            "for the compiled paths and within a bound. --confirmed FILE (relu2 confirm) fails only on cells "
+            "flagged again. Refused (exit 2) unless a flag says you mean it: two GPU models, two versions of a "
+            "benchmark, a base whose cells mostly failed, an incomplete compare. Exit 1 on any finding, 0 on none, "
+            "2 on unusable input.")
 
 
 # --- parser --------------------------------------------------------------------------------------
@@ -546,9 +618,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("gate", help="fail (exit 1) when HEAD is slower than BASE beyond noise, or lost a cell",
                        description=_gate_description())
-    p.add_argument("base", metavar="BASE", help="base commit: a hash, a prefix or a git ref (main~1, a tag)")
-    p.add_argument("head", metavar="HEAD", help="head commit: a hash, a prefix or a git ref (HEAD, a branch)")
+    p.add_argument("base", metavar="BASE", nargs="?", help="base commit: a hash, a prefix or a git ref (main~1, a tag)")
+    p.add_argument("head", metavar="HEAD", nargs="?", help="head commit: a hash, a prefix or a git ref (HEAD, a branch)")
     p.add_argument("--results", default="results", help="asv results directory (default: results)")
+    p.add_argument("--compare", metavar="DIR", default=None,
+                   help="a compare folder (relu2 compare --out DIR) instead of BASE HEAD: the paired verdict")
     p.add_argument("--machine", help="the machine of both sides: its folder's name or the name in its machine.json "
                    "(default: the only one)")
     p.add_argument("--base-machine", help="BASE's machine, e.g. the first of two sessions")
@@ -582,25 +656,54 @@ def build_parser() -> argparse.ArgumentParser:
                    "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
 
-    p = sub.add_parser("confirm", help="measure flagged cells again, base and head, in fresh interleaved processes",
+    from relu2.compare import DEFAULT_ROUNDS as COMPARE_ROUNDS, MAX_ROUNDS as COMPARE_MAX  # torch-free
+
+    p = sub.add_parser("compare", help="measure BASE and HEAD on this machine in interleaved rounds, then judge "
+                       "the paired figures", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description=COMPARE_DOC)
+    p.add_argument("base", metavar="BASE", help="base commit (a git ref of --repo)")
+    p.add_argument("head", metavar="HEAD", help="head commit (a git ref of --repo; BASE itself makes an A/A)")
+    p.add_argument("--suites", type=_names, default=[], metavar="A,B",
+                   help="only these suites of benchmarks/bench_relu2.py (default: all), e.g. Grid")
+    p.add_argument("--rounds", type=_number(int, 1, strict=False), default=COMPARE_ROUNDS,
+                   help=f"rounds a side, 1 to {COMPARE_MAX} (default {COMPARE_ROUNDS}; fewer than {COMPARE_ROUNDS} "
+                        "leave the paired rule too few pairs)")
+    p.add_argument("--repo", metavar="DIR", help="the git checkout holding both commits (default: the one here)")
+    p.add_argument("--machine", help="the machine name to record (default: asv's name for this host)")
+    p.add_argument("--out", type=_out_dir, metavar="DIR",
+                   help="a new or empty folder for the layout (default: .asv/compare/BASE8-HEAD8-TIME)")
+    p.add_argument("--measure-only", action="store_true",
+                   help="measure and write DIR, judge nothing (CI's measuring job; relu2 gate --compare DIR judges)")
+    p.add_argument("--factor", type=_number(float, 1.0, strict=False), default=None,
+                   help="judge with this ratio instead of the same-box noise model")
+    p.add_argument("--noise-model", metavar="FILE", default=None, help="a same-box noise model (relu2 noise learn "
+                   "--same-box; default: the one shipped for this machine's GPU model)")
+    p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
+                   help="the verdict's format on stdout (all three are written to DIR/report.*)")
+    _add_device(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("confirm", help="measure flagged cells again, base and head: relu2 compare's rounds on them",
                        description="Before a regression fails a pull request, measure the cells the gate flagged "
-                       "again on this box: ROUNDS times, a fresh process with the base's implementations and one "
-                       "with the head's (git worktrees of both commits, each installed into a folder of its own), "
-                       "in alternating order, all with this checkout's instrument. Writes each side's median per "
-                       "round (--out) for relu2 gate --confirmed. A flagged summary (Implementations.track_*, a mean over "
-                       "Grid cells) is not one cell: it is named on stderr, not re-measured, and the gate still "
-                       "fails on it. Exit 0 when every flagged figure was re-measured (or none was flagged), 1 when "
-                       "one could not be, 2 on unusable input.")
+                       "again on this box with relu2 compare's mechanism (git worktrees of both commits, this "
+                       "checkout's instrument, ABBA rounds, a fresh process per side and round), on those cells "
+                       "only and with more rounds. Writes each side's median per round (--out) for relu2 gate "
+                       "--confirmed. A flagged summary (Implementations.track_*, a mean over Grid cells) is not one "
+                       "cell: it is named on stderr, not re-measured, and the gate still fails on it. Before any "
+                       "round it refuses a cell a side cannot measure here (an implementation it does not have, one "
+                       "that cannot run on this device, a dtype not timed), a report that flags no cell, and an "
+                       "--out it could not write. Exit 0 when every flagged figure was re-measured, 1 when one "
+                       "could not be, 2 on unusable input (one line, nothing measured).")
     p.add_argument("base", metavar="BASE", help="base commit (any git ref of this checkout)")
     p.add_argument("head", metavar="HEAD", help="head commit (any git ref of this checkout)")
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
     p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
-    from relu2.confirm import DEFAULT_ROUNDS  # torch-free
+    from relu2.confirm import CONFIRM_ROUNDS, DEFAULT_ROUNDS  # torch-free
 
-    p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False), default=DEFAULT_ROUNDS,
+    p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False), default=CONFIRM_ROUNDS,
                    help=f"fresh processes per side, at least {DEFAULT_ROUNDS}: fewer cannot tell a step from the "
-                        f"spread between rounds (default {DEFAULT_ROUNDS})")
+                        f"spread between rounds (default {CONFIRM_ROUNDS}: twice a compare's)")
     p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
     p.add_argument("--machine", help="the machine name to record (default: this host's name)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
@@ -633,16 +736,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bisect)
 
     p = sub.add_parser("noise", help="learn the gate's noise model from recorded runs, or check it out of sample",
-                       description="relu2 noise learn RESULTS_DIR... --out FILE: from every pair of runs in the "
-                       "folders (one GPU model) whose kernel did not change, learn per timing mode and band the "
-                       "run-to-run spread and write the model the gate loads (docs/methodology.md).")
+                       description="relu2 noise learn RESULTS_DIR... --out FILE: from every pair of runs of two "
+                       "boxes in one folder (one GPU model), the cells whose kernel did not change, learn per "
+                       "implementation family, timing mode and band how far they move (the cross-box model); "
+                       "relu2 noise learn --same-box COMPARE_DIR... --out FILE: the same from A/A compare folders "
+                       "(the same-box model). relu2 noise check RESULTS_DIR...: the same, each box left out in turn, "
+                       "as a table (docs/methodology.md).")
     p.add_argument("action", choices=("learn", "check"),
-                   help="learn: write the model; check: leave each --exclude-machine out, learn, and count false "
-                   "fails on the pairs of runs that include it (out of sample)")
-    p.add_argument("results", nargs="+", metavar="RESULTS_DIR")
-    p.add_argument("--out", default="relu2/noise_model.json", help="where to write it (default: %(default)s)")
-    p.add_argument("--exclude-machine", action="append", default=[], metavar="NAME",
-                   help="leave this machine's runs out (to check the model on them, out of sample)")
+                   help="learn: write the model; check: leave each box out in turn (or each --exclude-box), learn "
+                   "without it, and print per family, mode and band the false flags and the share of planted "
+                   "slowdowns caught on the pairs that include it (out of sample)")
+    p.add_argument("results", nargs="*", metavar="RESULTS_DIR")
+    p.add_argument("--same-box", action="append", default=[], metavar="COMPARE_DIR",
+                   help="learn the same-box model from these compare folders (A/A: cells whose kernel is the same "
+                   "on both sides)")
+    p.add_argument("--out", default=None, help="where to write the model (required for learn; a file that holds "
+                   "models of other GPUs or kinds keeps them)")
+    p.add_argument("--exclude-box", action="append", default=[], metavar="FOLDER:MACHINE",
+                   help="a box (results folder and machine; a machine name only when one box has it): learn leaves "
+                   "it out, check leaves only these out in turn")
     p.set_defaults(func=cmd_noise)
 
     p = sub.add_parser("asv", help="run asv with atomic result writes; e.g. relu2 asv run --skip-existing-commits A..B",

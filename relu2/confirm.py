@@ -8,34 +8,33 @@ neither side always runs first on a warm or a cold box).  Each round's median is
 between-process spread the noise model is about; ``relu2 gate --confirmed FILE`` fails only on the
 cells that are slower again.
 
-How a side is built: a git worktree of the commit, its package installed (no dependencies, no
-network) into a folder of its own, so its implementations are found through interface 1 as asv
-would find them; the instrument is this one, copied once (``relu2.asv_run.instrument``) and put
-first on ``sys.path`` of every process, so both sides are measured with the same ruler.
+It is ``relu2 compare``'s mechanism (``relu2.compare``: the sides built from worktrees, one
+instrument, ABBA rounds of fresh processes) on the flagged cells only, with ``--rounds`` as many as
+asked.  Before any round, it refuses (exit 2, one line) a cell neither side can measure here: an
+implementation a commit does not have, one that cannot run on this device (triton on a CPU), a
+dtype the instrument does not time.
 
 Output (``--out``, JSON): relu2.verdict's ``Remeasurement`` contract, ``{"base": sha, "head": sha,
-"machine": str, "device": str, "rounds": int, "cells": [{"benchmark", "params", "base_rounds": [seconds per
+"machine": str, "device": str, "rounds": int, "order": [side per process], "cells": [{"benchmark", "params", "base_rounds": [seconds per
 round], "head_rounds": [...], "impl", "dtype", "shape", "mode", "base_status", "head_status"}]}``;
 ``benchmark`` and ``params`` are the gate report's (empty for a cell named with ``--cell``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
+import pickle
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
-from relu2.schema import MODE_NAMES, OK, Cell, format_shape, parse_shape
+from relu2.schema import DTYPES, MODE_NAMES, OK, Cell, parse_shape
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
 from relu2.verdict import MIN_ROUNDS as DEFAULT_ROUNDS
+
+# A confirmation measures a few flagged cells, not the suites: twice a compare's rounds cost little.
+CONFIRM_ROUNDS = 2 * DEFAULT_ROUNDS
 
 
 
@@ -82,6 +81,8 @@ def parse_target(text: str) -> Target:
     if len(parts) != 4:
         raise ValueError(f"not a cell: {text!r} (use IMPL:DTYPE:SHAPE:MODE, e.g. fused:bfloat16:4096x4096:hot)")
     impl, dtype, shape_text, mode = parts
+    if dtype not in DTYPES:
+        raise ValueError(f"not a dtype: {dtype!r} in {text!r} (dtypes: {', '.join(DTYPES)})")
     if mode not in MODE_NAMES:
         raise ValueError(f"not a timing mode: {mode!r} in {text!r} (modes: {', '.join(MODE_NAMES)})")
     shape = parse_shape(shape_text)
@@ -93,7 +94,7 @@ def parse_target(text: str) -> Target:
 def targets_from_gate(report: dict) -> list[Target]:
     """The flagged cells of ``relu2 gate --format json``'s report: its regressions, one target per
     measurement (a cell listed by several suites once)."""
-    from relu2.asv_results import DEFAULT_DTYPE
+    from relu2.asv_names import suite_dtype
     from relu2.schema import geometry
 
     out: dict[tuple, Target] = {}
@@ -102,7 +103,8 @@ def targets_from_gate(report: dict) -> list[Target]:
         if mode is None:
             continue
         numel, shape = geometry(params)
-        cell = Cell(params["impl"], params.get("dtype", DEFAULT_DTYPE), numel, parse_shape(shape))
+        dtype = params.get("dtype") or suite_dtype(change["benchmark"].rsplit(".", 1)[0])
+        cell = Cell(params["impl"], dtype, numel, parse_shape(shape))
         out.setdefault((cell, mode), Target(cell, mode, change["benchmark"], tuple(sorted(params.items()))))
     return list(out.values())
 
@@ -121,142 +123,67 @@ def _cell_mode(change: dict) -> str | None:
     return mode if mode in MODE_NAMES and "impl" in change["params"] else None
 
 
-# --- the sides ------------------------------------------------------------------------------------
+# --- the whole confirmation: relu2 compare's rounds, on the flagged cells ---------------------------
 
 
-@dataclass(frozen=True)
-class Side:
-    """One commit, ready to measure: its installed package's folder."""
+def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds: int = CONFIRM_ROUNDS,
+            device: str | None = None, progress: bool = True, machine: str = "") -> dict:
+    """Measure ``targets`` ``rounds`` times on each side with relu2 compare's mechanism (worktrees, one
+    instrument, ABBA rounds, a fresh process per side and round); the report as plain data.
 
-    name: str  # "base" or "head"
-    commit: str
-    site: Path
-
-
-@contextlib.contextmanager
-def sides(repo: Path, base: str, head: str, scratch: Path) -> Iterator[tuple[Side, Side]]:
-    """A worktree of each commit with its package installed into a folder of its own; removed after."""
-    trees: list[Path] = []
-    try:
-        built = []
-        for name, commit in (("base", base), ("head", head)):
-            tree = scratch / f"tree-{name}"
-            _git(repo, "worktree", "add", "--detach", "-q", str(tree), commit)
-            trees.append(tree)
-            built.append(Side(name, commit, _install(tree, scratch / f"site-{name}", f"{name} ({commit[:8]})")))
-        yield built[0], built[1]
-    finally:
-        for tree in trees:
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], capture_output=True)
-
-
-def _install(tree: Path, site: Path, what: str) -> Path:
-    """``tree``'s package (no dependencies, no network) into ``site``: its code and its entry points."""
-    from relu2.machine import UsageError
-
-    run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                          "--no-build-isolation", "--target", str(site), str(tree)], capture_output=True, text=True)
-    if run.returncode != 0:
-        raise UsageError(f"{what} does not install: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
-    return site
-
-
-def _git(repo: Path, *args: str) -> str:
-    run = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if run.returncode != 0:
-        from relu2.machine import UsageError
-
-        raise UsageError(f"git {' '.join(args[:2])}: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}")
-    return run.stdout.strip()
-
-
-# --- one round of one side: a fresh process ---------------------------------------------------------
-
-
-def measure_round(side: Side, instrument: Path, targets: Sequence[Target], device: str, measured: str,
-                  timeout_s: float) -> dict[tuple, tuple[str, float]]:
-    """Measure ``targets`` with ``side``'s implementations in a fresh process: (impl, dtype, shape, mode)
-    -> (status, median seconds)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(instrument), str(side.site)]), RELU2_MEASURED=measured)
-    request = json.dumps({"device": device, "cells": [[t.cell.impl, t.cell.dtype, list(t.cell.shape), t.mode]
-                                                      for t in targets]})
-    # cwd: `python -m` puts it first on sys.path, and a checkout there would shadow both the instrument
-    # and the side's implementations; the side's folder holds neither at its top.
-    def failed(reason: str) -> dict[tuple, tuple[str, float]]:
-        return {(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode): (reason, float("nan")) for t in targets}
-
-    try:
-        run = subprocess.run([sys.executable, "-m", "relu2.confirm", "--worker"], input=request, env=env,
-                             capture_output=True, text=True, timeout=timeout_s, cwd=side.site.parent)
-    except subprocess.TimeoutExpired:
-        return failed(f"the round's process gave no answer in {timeout_s:g} s")
-    if run.returncode != 0:
-        return failed(f"the round's process failed: {(run.stderr.strip().splitlines() or [f'exit {run.returncode}'])[-1]}")
-    try:
-        answer = json.loads(run.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        return failed("the round's process printed no answer")
-    return {tuple(k.split("|")): (v[0], v[1]) for k, v in answer.items()}
-
-
-def _worker() -> int:
-    """The round's process: read the request on stdin, measure (each implementation isolated), print JSON."""
-    import math
-
-    from relu2 import sweep
-    from relu2.timing import ROUND_BUDGET
-
-    request = json.loads(sys.stdin.read())
-    device = request["device"]
-    wanted = [(impl, dtype, tuple(shape), mode) for impl, dtype, shape, mode in request["cells"]]
-    cells = list(dict.fromkeys(Cell(i, d, math.prod(s), s) for i, d, s, _ in wanted))
-    modes = sorted({m for *_, m in wanted}, key=MODE_NAMES.index)
-    with sweep.measurer(cells, device) as measurer:  # a round, as the suites measure one
-        done = sweep.run_sweep(cells, modes, device, budget=ROUND_BUDGET, measurer=measurer)
-    by_cell = {r.cell: r for r in done.results}
-    out = {}
-    for impl, dtype, shape, mode in wanted:
-        result = by_cell[Cell(impl, dtype, math.prod(shape), shape)]
-        outcome = result.outcomes[mode]
-        out["|".join((impl, dtype, format_shape(shape), mode))] = (outcome.status, outcome.median_s)
-    print(json.dumps(out))
-    return 0
-
-
-# --- the whole confirmation -------------------------------------------------------------------------
-
-
-def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds: int = DEFAULT_ROUNDS,
-            device: str | None = None, measured: str = "relu2-bench", timeout_s: float = 600.0,
-            progress: bool = True, machine: str = "") -> dict:
-    """Measure ``targets`` ``rounds`` times on each side, interleaved; the report as plain data."""
-    from relu2.asv_run import instrument
-    from relu2.machine import default_device
-
-    device = device or default_device()
-    base_sha, head_sha = _git(repo, "rev-parse", base), _git(repo, "rev-parse", head)
-    results = {(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode):
-               Confirmed(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode, t.benchmark, dict(t.params))
-               for t in targets}
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="relu2-confirm-") as scratch, instrument() as copy, \
-            sides(repo, base_sha, head_sha, Path(scratch)) as (b, h):
-        for r in range(rounds):
-            for side in ((b, h) if r % 2 == 0 else (h, b)):  # alternate who goes first
-                got = measure_round(side, copy, targets, device, measured, timeout_s)
-                for key, entry in results.items():
-                    status, median = got.get(key, ("not measured", float("nan")))
-                    if status == OK:
-                        getattr(entry, f"{side.name}_rounds").append(median)
-                    else:  # the reason stays; the other rounds' figures still count
-                        setattr(entry, f"{side.name}_status", status)
-                if progress:
-                    print(f"relu2 confirm: round {r + 1}/{rounds} {side.name} ({side.commit[:8]}) done at "
-                          f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+    UsageError before any round when a side cannot run a target's implementation on ``device``."""
     import socket
 
+    from relu2 import compare
+    from relu2.machine import UsageError, default_device
+
+    device = device or default_device()
+    say = compare._stderr if progress else (lambda line: None)
+    base_sha, head_sha = compare.resolve(repo, base), compare.resolve(repo, head)
+    compare.check_instrument_env()
+    results = {_key_of(t): Confirmed(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode, t.benchmark, dict(t.params))
+               for t in targets}
+    cells = list(dict.fromkeys(t.cell for t in targets))
+    impls = list(dict.fromkeys(c.impl for c in cells))
+    with tempfile.TemporaryDirectory(prefix="relu2-confirm-") as tmp:
+        scratch = Path(tmp)
+        with compare.ruler(scratch) as ruler, compare.sides(repo, base_sha, head_sha, scratch, say, "relu2 confirm") as (b, h):
+            compare.check_measured_env([b.measured, h.measured])
+            for side in (b, h):
+                bad = compare.unsupported(side, ruler, scratch, impls, device)
+                if bad:
+                    name, why = next(iter(bad.items()))
+                    raise UsageError(f"{side.name} ({side.commit[:8]}) cannot measure {name} on {device}: {why}")
+            done = compare.measure_sides(b, h, ruler, scratch, rounds, device, cells=cells, say=say,
+                                         label="relu2 confirm")
+            for side in (b, h):
+                for path in done.rounds[side.name]:
+                    _take_round(results, side.name, pickle.loads(path.read_bytes()))
     return {"base": base_sha, "head": head_sha, "machine": machine or socket.gethostname(), "device": device,
-            "rounds": rounds, "cells": [asdict(c) for c in results.values()]}
+            "rounds": rounds, "order": done.order, "cells": [asdict(c) for c in results.values()]}
+
+
+def _key_of(t: Target) -> tuple:
+    return (t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode)
+
+
+def _take_round(results: dict[tuple, Confirmed], side: str, got: dict) -> None:
+    """One round of one side (a pickled ``relu2.rounds.measure`` of the cells) into ``results``."""
+    by_cell = {(r.cell.impl, r.cell.dtype, r.cell.shape_str): r for r in got.get("results", [])}
+    for (impl, dtype, shape, mode), entry in results.items():
+        result = by_cell.get((impl, dtype, shape))
+        outcome = result.outcomes.get(mode) if result else None
+        if outcome is not None and outcome.status == OK:
+            getattr(entry, f"{side}_rounds").append(outcome.median_s)
+        else:  # the reason stays; the other rounds' figures still count
+            setattr(entry, f"{side}_status", (outcome.reason or outcome.status) if outcome else
+                    got.get("skipped") or "not measured")
+
+
+def not_measured(report: dict) -> list[str]:
+    """The targets of a confirmation that have no figure on a side: named, for exit 1."""
+    return [f"{c['impl']} {c['dtype']} {c['shape']} {c['mode']}" for c in report["cells"]
+            if not c["base_rounds"] or not c["head_rounds"]]
 
 
 def format_confirmation(report: dict) -> str:
@@ -270,7 +197,3 @@ def format_confirmation(report: dict) -> str:
         h = format_seconds(statistics.median(entry.head_rounds)) if entry.head_rounds else entry.head_status
         lines.append(f"  {entry.ratio:6.3f}x  {b:>10} -> {h:>10}  {entry.impl} {entry.dtype} {entry.shape} {entry.mode}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["--worker"]:
-    sys.exit(_worker())

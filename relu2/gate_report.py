@@ -8,7 +8,6 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from relu2.noise import Resolution
 from relu2.schema import FAILED, format_bytes, format_seconds
 from relu2.verdict import Change, Spread
 
@@ -19,6 +18,23 @@ LAUNCH_WHY = ("host wall clock: identical code moved 0.39-1.91x between two fres
 CPU_WHY = ("a CPU machine (machine.json: gpu none): on a shared 2-core CPU, two commits with the same "
            "kernels moved up to 3.6x (results/cpu-2core), so its timings are reported, not gated; --factor "
            "gates them")
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The rule for one family, mode and band in one comparison, and the smallest slowdown it catches
+    in 90% of the model's out-of-sample cases, at this comparison's cells' widths."""
+
+    family: str
+    mode: str
+    band: str
+    gated: bool
+    ratio: float  # at zero width (NaN: not gated)
+    floor_s: float
+    fastest_s: float  # the smallest base median in the group
+    smallest_detectable: float  # NaN: not known
+    cells: int = 0
+    learned_from: int = 0  # recorded no-change cases behind the rule
 
 
 @dataclass
@@ -34,7 +50,8 @@ class GateReport:
     new_failures: list[Change] = field(default_factory=list)
     vanished: list[Change] = field(default_factory=list)  # ok at base; skipped or missing at head
     allowed: list[Change] = field(default_factory=list)  # vanished, but --allow-missing names them
-    failed_at_base: list[Change] = field(default_factory=list)  # no figure at base: not comparable
+    failed_at_base: list[Change] = field(default_factory=list)  # failed at base, no figure at head either
+    unjudged: list[Change] = field(default_factory=list)  # ok at head, failed or skipped at base: not a pass
     not_gated: list[Change] = field(default_factory=list)  # beyond the threshold in a mode not gated
     improvements: list[Change] = field(default_factory=list)
     repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick: reported
@@ -45,10 +62,12 @@ class GateReport:
     spread: list[Spread] = field(default_factory=list)
     base_date: str = ""
     head_date: str = ""
-    cpu: bool = False  # both machines measured on the CPU: timings reported, not gated (without --factor)
+    cpu: bool = False  # both machines measured on the CPU and no model: timings reported, not gated
+    paired: bool = False  # a compare folder: base and head side by side on one box
     overrides: dict[str, Any] = field(default_factory=dict)
     noise: dict[str, Any] = field(default_factory=dict)  # the model used: gpu, budget, gated cells, per-cell share
     offsets: dict[str, float] = field(default_factory=dict)  # "hot in L2" -> the references' head/base, taken out
+    stack_moves: dict[str, float] = field(default_factory=dict)  # references moved beyond a box: left in
     notes_: list[str] = field(default_factory=list)
 
     @property
@@ -70,7 +89,8 @@ class GateReport:
     @property
     def exit_code(self) -> int:
         """1 when head regressed, newly fails or lost a cell somewhere, or nothing was compared; else 0."""
-        return 1 if self.regressions or self.new_failures or self.vanished or self.nothing_compared else 0
+        return 1 if (self.regressions or self.new_failures or self.vanished or self.unjudged
+                     or self.nothing_compared) else 0
 
     @property
     def verdict(self) -> str:
@@ -83,7 +103,9 @@ class GateReport:
                 f"{_count(self.vanished, 'vanished cell')}; {_count(self.improvements, 'improvement')}, "
                 f"{len(self.not_gated)} not gated, {len(self.repicked)} repicked, {len(self.failed_at_base)} failed "
                 f"at base; "
-                f"{self.compared} cells compared")
+                f"{_count(self.unjudged, 'unjudged cell')}; {self.compared} cells compared, "
+                f"{self.noise.get('gated', 0) if self.noise else 0} gated"
+                + (f"; references moved beyond a box: {', '.join(self.stack_moves)}" if self.stack_moves else ""))
 
     def notes(self) -> list[str]:
         """What a reader must know before the tables."""
@@ -99,11 +121,11 @@ class GateReport:
 
     def budget_line(self) -> str:
         n = self.noise
-        if not n:
-            return ""
-        if self.cpu and "factor" not in self.overrides:  # nothing is gated: no budget is shared
-            return CPU_WHY
-        return (f"noise model {n.get('model', '?')}: at most {n['budget']:.0%} of runs of unchanged code fail; "
+        if not n or not n.get("gated"):
+            return "no cell is gated: timings are reported, not judged" if n else ""
+        if not n.get("model"):
+            return f"{n['gated']} cells gated by --factor {self.overrides.get('factor', '?')}"
+        return (f"noise model {n['model']}: at most {n['budget']:.0%} of runs of unchanged code fail; "
                 f"{n['gated']} gated cells share it ({n['per_cell']:.2g} each)")
 
     def offsets_line(self) -> str:
@@ -130,13 +152,15 @@ class GateReport:
         lines += _table("NEW FAILURES (ok at base, failed at head; see the asv log)", self.new_failures)
         lines += _table("VANISHED (ok at base, no result at head: skipped, missing, renamed or benchmark gone)",
                         self.vanished)
-        lines += _table("ALLOWED TO VANISH (--allow-missing)", self.allowed)
+        lines += _table("UNJUDGED (ok at head, no figure at base: failed or skipped there; not a pass)",
+                        self.unjudged)
+        lines += _table("ALLOWED TO VANISH OR GO UNJUDGED (--allow-missing)", self.allowed)
         lines += _table("FAILED AT BASE (no figure to compare with: not compared)", self.failed_at_base, limit=10)
-        lines += _table(f"NOT GATED ({self._not_gated_why()})", self.not_gated, limit=10)
+        lines += _table(f"NOT GATED (moved more than 1.1x; {self._not_gated_why()})", self.not_gated, limit=10)
         lines += _table("IMPROVEMENTS (faster beyond the noise model)", self.improvements, limit=10)
         lines += _table(f"REPICKED ({REPICKED_WHY})", self.repicked, limit=10)
-        lines += ["", "RESOLUTION (per mode and band: the threshold for this run, and the smallest slowdown caught "
-                  "in 90% of recorded no-change cases)"]
+        lines += ["", "RESOLUTION (per family, mode and band: the threshold for this run, and the smallest slowdown "
+                  "caught in 90% of no-change cases of boxes the model did not learn from, at these cells' widths)"]
         lines += ["  " + line for line in _resolution_lines(self.resolution)]
         return "\n".join(lines)
 
@@ -152,6 +176,7 @@ class GateReport:
         title = "Confirmed regressions" if self.confirmation else "Regressions (flagged, not confirmed)"
         for name, changes in ((title, self.regressions), ("Unconfirmed (not failing)", self.unconfirmed),
                               ("New failures", self.new_failures), ("Vanished cells", self.vanished),
+                              ("Unjudged (no figure at base: not a pass)", self.unjudged),
                               ("Failed at base (not compared)", self.failed_at_base)):
             if changes:
                 lines += ["", f"#### {name}", "", "| ratio | base | head | cell | kernel |", "|---:|---:|---:|---|---|"]
@@ -164,11 +189,11 @@ class GateReport:
             lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | `{c.label}` |"
                       for c in self.not_gated[:20] + self.improvements[:20] + self.repicked[:20]]
             lines += ["", "</details>"]
-        lines += ["", "#### Resolution", "", "| mode | band | gated | threshold | floor | caught 90% |",
-                  "|---|---|---|---:|---:|---:|"]
+        lines += ["", "#### Resolution", "", "| family | mode | band | cells | threshold | floor | caught 90% |",
+                  "|---|---|---|---:|---:|---:|---:|"]
         for r in self.resolution:
-            lines.append(f"| {r.mode} | {r.band} | {'yes' if r.gated else 'no'} | {_threshold(r.ratio)} | "
-                         f"{format_seconds(r.floor_s)} | {_detectable(r)} |")
+            lines.append(f"| {r.family} | {r.mode} | {r.band} | {r.cells} | {_threshold(r.ratio)} | "
+                         f"{format_seconds(r.floor_s) if r.gated else '-'} | {_detectable(r)} |")
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, Any]:
@@ -187,19 +212,24 @@ class GateReport:
             "vanished": [c.as_json() for c in self.vanished],
             "allowed_to_vanish": [c.as_json() for c in self.allowed],
             "failed_at_base": [c.as_json() for c in self.failed_at_base],
+            "unjudged": [c.as_json() for c in self.unjudged],
             "not_gated": [c.as_json() for c in self.not_gated],
             "improvements": [c.as_json() for c in self.improvements],
             "repicked": [c.as_json() for c in self.repicked],
-            "resolution": [{k: v for k, v in asdict(r).items() if k != "notes"} for r in self.resolution],
+            "resolution": [asdict(r) for r in self.resolution],
             "spread": [asdict(s) for s in self.spread],
             "cpu": self.cpu,
+            "paired": self.paired,
+            "notes": self.notes(),
             "overrides": self.overrides,
             "noise_model": self.noise,
             "reference_moves": self.offsets,
+            "stack_moves": self.stack_moves,
         }
 
     def _not_gated_why(self) -> str:
-        return CPU_WHY if self.cpu and "factor" not in self.overrides else LAUNCH_WHY
+        whys = list(dict.fromkeys(c.why for c in self.not_gated if c.why))
+        return "; ".join(whys) or LAUNCH_WHY
 
     def render(self, fmt: str) -> str:
         if fmt == "json":  # strict JSON: NaN is no JSON value, and clients other than Python reject it
@@ -272,8 +302,8 @@ def _table(title: str, changes: list[Change], limit: int | None = None) -> list[
 
 
 def _resolution_lines(resolution: Sequence[Resolution]) -> list[str]:
-    rows = [("mode", "band", "cells", "threshold", "floor", "caught 90%")]
-    rows += [(r.mode, r.band, str(r.cells), _threshold(r.ratio) if r.gated else "-",
+    rows = [("family", "mode", "band", "cells", "threshold", "floor", "caught 90%")]
+    rows += [(r.family, r.mode, r.band, str(r.cells), _threshold(r.ratio) if r.gated else "-",
               format_seconds(r.floor_s) if r.gated else "-", _detectable(r)) for r in resolution]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(row[i].ljust(widths[i]) for i in range(len(row))) for row in rows]

@@ -1,63 +1,68 @@
-"""The gate's noise model: how far identical code moves between two runs, per timing mode and band.
+"""The gate's noise model: how far identical code moves between two runs, per implementation family,
+timing mode and band; learned from recorded runs, checked on boxes it did not learn from.
 
-* **Bands by bytes against the L2**, not by element count: a kernel whose bytes fit in the L2 is
-  timed from the L2 (and moves most between boxes), one of 1-4x the L2 is partly cached, one beyond
-  4x the L2 streams from DRAM.  bytes = ``relu2.schema.bytes_moved``; the L2 comes from machine.json's
-  ``l2_bytes`` (recorded by ``relu2.machine.machine_info`` from now on) or from ``KNOWN_L2``.
-* **Learned, not chosen.**  ``learn_from`` takes every pair of runs in some results folders (same GPU
-  model) and, per cell whose generated kernel did not change between the two (same fingerprint;
-  the baseline and the roofline have none and never change) and whose figures are of a method the
-  mode learns from (``relu2.schema.Mode.noise_versions``: today's, and earlier ones that differ only
-  in how many processes and samples make a figure), the log of the ratio of the two medians.  Each
-  pair is its own box-to-box draw, so A/A runs of earlier boxes keep teaching the tail.  Per mode and
-  band it fits what the pairs moved (beyond each cell's width and the references' move, below) with
-  an exponential tail beyond its 90th percentile (``TailFit``), never below the largest it saw: the
-  tail of a handful of A/A runs is heavier than a normal's.
-* **Each cell's own spread, learned from its rounds.**  A figure is the median of rounds, each a fresh
-  process, and some cells are bimodal between processes (on the H200, kernels moving more than a
-  gigabyte ran about 334 or 371 µs, a process's allocation deciding which): their median can jump
-  by the gap between two runs of identical code.  Every run's rounds show that spread, so the model
-  keeps, per cell and kernel, the widest log(max/min) of its rounds in any recorded run
-  (``widths``); a cell with none recorded takes its band's median.  A cell is slower only beyond its
-  width (or its base's rounds', if wider) times the band's ratio, and the band's tail is fitted to
-  what the pairs moved beyond the widths: one bimodal cell no longer coarsens its whole band.
-* **Relative to the references.**  Each pair's log ratios are taken after the median move of its
-  reference cells (eager, copy) in the same mode and band, as the gate judges them
-  (``relu2.verdict.reference_offsets``): a box faster as a whole is not noise of every cell.
-* **Sized to a budget for the whole run.**  At most ``BUDGET`` (1 in 20) of the runs of unchanged
-  code may fail: each of the N gated cells of a comparison gets ``BUDGET / N`` (Bonferroni), and
-  its threshold is the fitted tail's quantile there.  N is counted per comparison, so a small run gets
-  tighter thresholds than a full one.
-* **Resolution by simulation.**  The model keeps an even sample of the recorded log ratios (with
-  the base figure, for the floor, and the cell's width); the smallest slowdown detected in 90% of them
-  is found by multiplying the head figure by a factor and applying the rule.
+* **Groups.**  A threshold is learned per (family, mode, band): the families are those of
+  ``relu2.verdict.family_of`` (the references, the fixed kernels, the compiled paths: the compiled
+  paths move 3-4x more than fused between boxes, and must not set fused's threshold); the bands are
+  bytes moved against the L2 (in the L2, 1-4x, beyond 4x), from machine.json's ``l2_bytes`` or
+  ``KNOWN_L2``.
+* **Two kinds of model.**  ``cross-box``: two results folders' runs of unchanged code on two boxes
+  (a box is a results folder and a machine name, never the name alone), figures = medians of
+  rounds.  ``same-box``: compare folders (``relu2 compare``, base and head measured side by side on
+  one box), the paired move of ``relu2.verdict.move``.  One model per GPU model and kind; a GPU with
+  none is refused by the gate (or gated by ``--factor`` only, saying so).
+* **What a pair of runs moved.**  Per cell whose kernel did not change (same fingerprint, or a
+  reference), of the methods its mode learns from (``relu2.schema.Mode.noise_versions``): the move
+  after the references' move in its mode and band (as the gate judges it), beyond the cell's width
+  (the median over recorded runs of the log(max/min) of its rounds: a robust width, not the widest
+  ever seen; cross-box only).
+* **The threshold** of a group is an exponential tail fitted beyond the 90th percentile of those
+  residuals, every pair of runs weighing the same whatever its cell count (no single pair sets a
+  threshold), at each gated cell's share of the budget (``BUDGET`` / gated cells: at most 1 run of
+  unchanged code in 20 fails).
+* **How far a box moves** (``bounds``): the references' median move per mode and band, twice the
+  second largest seen (what one pair showed alone does not set it), at least ``MIN_BOUND``.
+* **Out of sample.**  Learning also leaves each box out in turn and judges the pairs that include it
+  with the model learned without it: those cases (the move, the base figure, the width and the
+  threshold they met) are kept per group, and the resolution a gate report prints is simulated on
+  them at the real cells' widths, with the gate's own rule (``relu2.verdict.is_slower``).
+  ``relu2 noise check`` prints the same leave-one-box-out figures as a table.
 
-The learned model is ``relu2/noise_model.json``, written by ``relu2 noise learn`` (docs/methodology.md
-records the command); the gate loads it by default.
+The shipped model is ``relu2/noise_model.json``, written by ``relu2 noise learn`` (docs/methodology.md
+records the command).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
-from functools import partial
+import os
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from relu2.asv_names import SUMMARY, Cell
+from relu2.asv_results import Measurement
 from relu2.machine import UsageError
 from relu2.schema import OK, quantile
+from relu2.schema import only_repicked
+from relu2.verdict import (AUTOTUNED, FAMILY_NAMES, GATED_MODES, REFERENCES, REPICK_BOUND, Figure, Rule, family_of,
+                           is_slower, move, pairs, reference_moves)
 
 DEFAULT_MODEL_PATH = Path(__file__).with_name("noise_model.json")
+MODEL_ENV = "RELU2_NOISE_MODEL"  # another model file as the default (a team's own GPUs)
 BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
-DETECTION = 0.90  # "resolution": the slowdown caught in at least this share of recorded cases
+DETECTION = 0.90  # "resolution": the slowdown caught in at least this share of out-of-sample cases
 DEFAULT_FLOOR_S = 0.25e-6  # not learned: a slowdown of less than this is nothing anyone can act on
-SIMULATION_SAMPLE = 400  # recorded (log ratio, base seconds) pairs kept per mode and band
+TAIL_FROM = 0.90  # residuals below this (pair-weighted) quantile are read as recorded; the tail is fitted
+MIN_RATIO = 1.01  # no threshold below 1%: boxes move their references that much as a whole
+MIN_BOUND = 0.03  # a median reference move within 3% is a box's, whatever few pairs showed (boxes: <2%)
+CASES_KEPT = 300  # out-of-sample cases kept per group for the resolution
+CROSS_BOX, SAME_BOX = "cross-box", "same-box"
+KINDS = (CROSS_BOX, SAME_BOX)
 
 # L2 per GPU model (bytes), for machine.json files that predate ``l2_bytes``.  H200: 60 MiB, torch's
-# ``L2_cache_size`` on the lent H200 (``relu2 info``, docs/results.md's first paragraph).  H100 SXM
-# and PCIe: 50 MiB (NVIDIA H100 Tensor Core GPU Architecture whitepaper, "50 MB L2 cache"; torch
-# reports 52428800).  Matched by substring of machine.json's ``gpu``.
+# ``L2_cache_size`` on the lent H200.  H100 SXM and PCIe: 50 MiB (NVIDIA's H100 whitepaper).
 KNOWN_L2: Mapping[str, int] = {"H200": 60 * 2**20, "H100": 50 * 2**20}
 
 
@@ -70,11 +75,7 @@ class Band:
     hi: float
 
 
-BANDS: tuple[Band, ...] = (
-    Band("in L2", 0.0, 1.0),
-    Band("1-4x L2", 1.0, 4.0),
-    Band("> 4x L2", 4.0, math.inf),
-)
+BANDS: tuple[Band, ...] = (Band("in L2", 0.0, 1.0), Band("1-4x L2", 1.0, 4.0), Band("> 4x L2", 4.0, math.inf))
 BAND_NAMES: tuple[str, ...] = tuple(b.name for b in BANDS)
 LARGEST_BAND = BANDS[-1]
 
@@ -84,11 +85,9 @@ def band_of(bytes_moved: float, l2_bytes: int) -> Band:
     return next(b for b in BANDS if b.lo <= x < b.hi)
 
 
-def band_of_cell(cell, l2_bytes: int) -> str:
-    """The band a decoded cell (``relu2.verdict.Cell``) is judged in: a summary figure in the largest
-    (a mean is no noisier than its cells), any other cell by its bytes."""
-    from relu2.verdict import SUMMARY
-
+def band_of_cell(cell: Cell, l2_bytes: int) -> str:
+    """The band a cell is judged in: a summary figure in the largest (a mean is no noisier than its
+    cells), any other cell by its bytes."""
     return LARGEST_BAND.name if cell.measure == SUMMARY else band_of(cell.bytes, l2_bytes).name
 
 
@@ -104,374 +103,435 @@ def l2_of(machine: Mapping[str, Any]) -> int | None:
     return next((size for name, size in KNOWN_L2.items() if name in gpu), None)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """When a slower figure counts: ``ratio`` times the cell's spread (head/base) AND ``floor_s``
-    (head - base) exceeded.  ``width`` is the cell's recorded spread between processes, as a log
-    (0: none); the ratio a cell must pass is ``ratio * exp(width)`` (``needed``)."""
-
-    gated: bool
-    ratio: float
-    floor_s: float
-    why: str = ""
-    width: float = 0.0
-
-    def needed(self, width: float | None = None) -> float:
-        """The head/base ratio a cell of spread ``max(width, self.width)`` must exceed."""
-        return self.ratio * math.exp(max(self.width, width or 0.0))
+def group_of(cell: Cell, l2_bytes: int) -> tuple[str, str, str]:
+    """(family, mode, band): what a cell's threshold is learned and looked up by."""
+    return (family_of(cell.impl), cell.timing_mode or cell.measure, band_of_cell(cell, l2_bytes))
 
 
-# --- the tail of |log ratio| ----------------------------------------------------------------------
+# --- the tail ---------------------------------------------------------------------------------------
 
-TAIL_FROM = 0.90  # the body below this quantile of |log ratio| is read as recorded; the tail is fitted
+
+def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` each of weight ``weights`` (the lower one at a tie)."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    total, run = sum(weights), 0.0
+    for i in order:
+        run += weights[i]
+        if run >= q * total:
+            return values[i]
+    return values[order[-1]]
 
 
 @dataclass(frozen=True)
-class TailFit:
-    """|log(head/base)| of unchanged code: recorded up to its ``TAIL_FROM`` quantile ``knee``, an
-    exponential tail of mean excess ``excess`` beyond (peaks over a threshold, generalized Pareto
-    with shape 0).  Heavier than a normal's tail, and it needs no shape parameter, which the few
-    hundred recorded cases of a band cannot pin down (a Student t's degrees of freedom came out
-    anywhere between 1.5 and 100 on them, and its 1-in-40,000 quantile with them)."""
+class Tail:
+    """Residuals (logs) of unchanged code: recorded up to their ``TAIL_FROM`` quantile ``knee``, an
+    exponential tail of mean excess ``excess`` beyond (peaks over a threshold with shape 0: heavier
+    than a normal's, and no shape parameter, which a few pairs of boxes cannot pin down)."""
 
     knee: float
     excess: float
-    mad: float = 0.0  # the median |log ratio|: the robust scale, for the record
-    largest: float = 0.0  # the largest |log ratio| recorded
 
-    def threshold(self, p: float) -> float:
-        """The head/base ratio a cell of unchanged code exceeds (slower) with probability ``p``.  Never
-        below the largest recorded: a quantile far beyond 1 in n that falls short of what n cases
-        already showed says the fitted tail is too light, not that the case was impossible."""
-        both_ways = 2 * p  # the fit is of |log ratio|: a slowdown is one side of it
-        tail = 1 - TAIL_FROM
-        if both_ways >= tail:
-            return math.exp(self.knee)
-        return math.exp(max(self.knee + self.excess * math.log(tail / both_ways), self.largest))
+    def ratio(self, p: float) -> float:
+        """The head/base ratio unchanged code exceeds (slower) with probability ``p``."""
+        both_ways = 2 * p  # residuals are |moves|: a slowdown is one side
+        if both_ways >= 1 - TAIL_FROM:
+            return max(MIN_RATIO, math.exp(self.knee))
+        return max(MIN_RATIO, math.exp(self.knee + self.excess * math.log((1 - TAIL_FROM) / both_ways)))
 
 
-def fit_tail(log_ratios: Sequence[float]) -> TailFit:
-    """The knee (``TAIL_FROM`` quantile of |log ratio|) and the mean excess over it."""
-    mags = sorted(abs(r) for r in log_ratios)
-    if not mags:
-        return TailFit(0.0, 0.0)
-    knee = mags[min(int(TAIL_FROM * len(mags)), len(mags) - 1)]
-    over = [m - knee for m in mags if m > knee]
-    return TailFit(knee, sum(over) / len(over) if over else 0.0, quantile(mags, 0.5) if mags else math.nan, mags[-1])
+def fit_tail(residuals_by_pair: Sequence[Sequence[float]]) -> Tail:
+    """The tail of the residuals, each pair of runs weighing the same."""
+    values = [r for rs in residuals_by_pair for r in rs]
+    weights = [1 / len(rs) for rs in residuals_by_pair for _ in rs]
+    if not values:
+        return Tail(0.0, 0.0)
+    knee = weighted_quantile(values, weights, TAIL_FROM)
+    over = [(v - knee, w) for v, w in zip(values, weights) if v > knee]
+    excess = sum(d * w for d, w in over) / sum(w for _, w in over) if over else 0.0
+    return Tail(knee, excess)
 
 
 # --- the model ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Observation:
-    """One cell of unchanged code seen in two runs: the log of the ratio of its medians, the base
-    figure, and the cell's width (its recorded spread between processes, a log)."""
+class GroupFit:
+    """What the model knows about one (family, mode, band)."""
 
-    log_ratio: float
-    base_s: float
-    width: float = 0.0
-
-    @property
-    def residual(self) -> float:
-        """How far the two runs moved beyond the cell's own spread (what the band's tail is fitted to)."""
-        return max(0.0, abs(self.log_ratio) - self.width)
-
-
-@dataclass(frozen=True)
-class BandFit:
-    """What the model knows about one (mode, band)."""
-
+    family: str
     mode: str
     band: str
-    cells: int  # observations the fit used (cells x pairs of runs)
-    pairs: int  # pairs of runs they came from
+    cells: int  # observations (cells x pairs of runs)
+    pairs: int
     knee: float
     excess: float
-    mad: float
-    max_ratio: float  # the largest head/base (either way) seen
-    # (log ratio, base seconds, width), an even sample for simulation
-    sample: tuple[tuple[float, ...], ...] = ()
-    typical_width: float = 0.0  # the median width of the band's cells: the width of a cell with none recorded
-    largest: float = 0.0  # the largest residual (log) the fit saw
+    typical_width: float = 0.0  # a cell with no recorded width takes this (the group's median)
+    # out of sample: (move less the references', base seconds, width, log threshold it met)
+    held_out: tuple[tuple[float, ...], ...] = ()
 
     @property
-    def fit(self) -> TailFit:
-        return TailFit(self.knee, self.excess, self.mad, self.largest)
+    def key(self) -> tuple[str, str, str]:
+        return (self.family, self.mode, self.band)
+
+    @property
+    def tail(self) -> Tail:
+        return Tail(self.knee, self.excess)
 
 
 @dataclass(frozen=True)
 class NoiseModel:
-    """Per (mode, band) fits for one GPU model, plus how thresholds are sized."""
+    """Per (family, mode, band) fits for one GPU model and one kind of comparison."""
 
     gpu: str
+    kind: str
     l2_bytes: int
     budget: float = BUDGET
     floor_s: float = DEFAULT_FLOOR_S
-    fits: tuple[BandFit, ...] = ()
-    sources: tuple[str, ...] = ()  # the results folders it was learned from, and what was left out
+    fits: tuple[GroupFit, ...] = ()
+    bounds: Mapping[str, float] = field(default_factory=dict)  # "mode|band" -> how far a box moves (log)
+    widths: Mapping[str, float] = field(default_factory=dict)  # width_key -> median log(max/min) of rounds
+    repick_bound: float = REPICK_BOUND  # the raw ratio an autotuned repick may move (beyond: a regression)
+    sources: tuple[str, ...] = ()
     command: str = ""
-    widths: Mapping[str, float] = field(default_factory=dict)  # width_key -> log(max/min) of its rounds
 
-    def fit_for(self, mode: str, band: str) -> BandFit | None:
-        return next((f for f in self.fits if f.mode == mode and f.band == band), None)
+    def fit_for(self, key: tuple[str, str, str]) -> GroupFit | None:
+        return next((f for f in self.fits if f.key == key), None)
 
-    def width(self, key: str, mode: str, band: str) -> float:
-        """A cell's recorded spread between processes (a log); its band's median when none is recorded."""
-        if key in self.widths:
-            return self.widths[key]
-        f = self.fit_for(mode, band)
+    def width(self, m: Measurement, key: tuple[str, str, str]) -> float:
+        """A cell's spread between processes (a log); its group's median when none is recorded."""
+        if self.kind == SAME_BOX:
+            return 0.0
+        w = self.widths.get(width_key(m))
+        if w is not None:
+            return w
+        f = self.fit_for(key)
         return f.typical_width if f else 0.0
 
     def per_cell(self, gated_cells: int) -> float:
-        """Each cell's share of the run's budget (Bonferroni)."""
+        """Each gated cell's share of the run's budget."""
         return self.budget / max(gated_cells, 1)
 
-    def threshold(self, mode: str, band: str, gated_cells: int) -> float | None:
-        """The head/base ratio a cell must exceed in a run of ``gated_cells`` gated cells; None when unfitted."""
-        f = self.fit_for(mode, band)
-        return f.fit.threshold(self.per_cell(gated_cells)) if f else None
+    def ratio(self, key: tuple[str, str, str], gated_cells: int) -> float | None:
+        """The head/base ratio (before the cell's width) in a run of ``gated_cells``; None when unfitted."""
+        f = self.fit_for(key)
+        return f.tail.ratio(self.per_cell(gated_cells)) if f else None
+
+    def bound_map(self) -> dict[tuple[str, str], float]:
+        return {tuple(k.split("|", 1)): v for k, v in self.bounds.items()}  # type: ignore[misc]
 
     def as_json(self) -> dict[str, Any]:
         out = asdict(self)
-        out["fits"] = [{**asdict(f), "sample": [list(s) for s in f.sample]} for f in self.fits]
+        out["fits"] = [{**asdict(f), "held_out": [list(c) for c in f.held_out]} for f in self.fits]
         out["widths"] = dict(sorted(self.widths.items()))
+        out["bounds"] = dict(sorted(self.bounds.items()))
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "NoiseModel":
-        fits = tuple(BandFit(**{**f, "sample": tuple(tuple(s) for s in f.get("sample", ()))}) for f in data["fits"])
-        return cls(gpu=data["gpu"], l2_bytes=int(data["l2_bytes"]), budget=float(data["budget"]),
-                   floor_s=float(data["floor_s"]), fits=fits, sources=tuple(data.get("sources", ())),
-                   command=data.get("command", ""),
-                   widths={str(k): float(v) for k, v in data.get("widths", {}).items()})
+        fits = tuple(GroupFit(**{**f, "held_out": tuple(tuple(c) for c in f.get("held_out", ()))})
+                     for f in data["fits"])
+        return cls(gpu=str(data["gpu"]), kind=str(data["kind"]), l2_bytes=int(data["l2_bytes"]),
+                   budget=float(data["budget"]), floor_s=float(data["floor_s"]), fits=fits,
+                   bounds={str(k): float(v) for k, v in data.get("bounds", {}).items()},
+                   widths={str(k): float(v) for k, v in data.get("widths", {}).items()},
+                   repick_bound=float(data.get("repick_bound", REPICK_BOUND)),
+                   sources=tuple(data.get("sources", ())), command=str(data.get("command", "")))
 
 
 class NoiseModelError(UsageError):
-    """The noise model file cannot be read."""
+    """The noise model file cannot be read, or holds no model for what is asked."""
 
 
-def load_model(path: str | Path = DEFAULT_MODEL_PATH) -> NoiseModel:
+def default_model_path() -> Path:
+    """``$RELU2_NOISE_MODEL`` when set, else the shipped model."""
+    return Path(os.environ.get(MODEL_ENV) or DEFAULT_MODEL_PATH)
+
+
+def load_models(path: str | os.PathLike | None = None) -> list[NoiseModel]:
+    """Every model in a model file (``{"format": 2, "models": [...]}``; default: ``default_model_path``)."""
+    path = path or default_model_path()
     try:
-        return NoiseModel.from_json(json.loads(Path(path).read_text()))
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise NoiseModelError(f"{path}: not a relu2 noise model ({e}); relu2 noise learn writes one") from None
+        data = json.loads(Path(path).read_text())
+        if data.get("format") != 2:
+            raise ValueError(f"format {data.get('format')!r}, not 2")
+        return [NoiseModel.from_json(m) for m in data["models"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise NoiseModelError(f"{path}: not a relu2 noise model file ({e}); relu2 noise learn writes one") from None
 
 
-def save_model(model: NoiseModel, path: str | Path) -> None:
+def model_for(models: Sequence[NoiseModel], gpu: str, kind: str) -> NoiseModel | None:
+    """The model of exactly this GPU model and kind (None: there is none; another GPU's never stands in)."""
+    return next((m for m in models if m.gpu == gpu and m.kind == kind), None)
+
+
+def save_models(models: Sequence[NoiseModel], path: str | os.PathLike) -> None:
     from relu2.results import atomic_write_text
 
-    atomic_write_text(path, json.dumps(model.as_json(), indent=1, sort_keys=True) + "\n")
+    atomic_write_text(path, json.dumps({"format": 2, "models": [m.as_json() for m in models]}, indent=1,
+                                       sort_keys=True) + "\n")
 
 
-def even_sample(obs: Sequence[Observation], n: int = SIMULATION_SAMPLE) -> tuple[tuple[float, ...], ...]:
-    """``n`` observations spread evenly over the sorted log ratios (the extremes always kept)."""
-    ordered = sorted(obs, key=lambda o: (o.log_ratio, o.base_s, o.width))  # ties: in no order of reading
-    if len(ordered) <= n:
-        picked = ordered
-    else:
-        picked = [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
-    return tuple((round(o.log_ratio, 6), float(f"{o.base_s:.4g}"), round(o.width, 6)) for o in picked)
-
-
-def learn(observations: Mapping[tuple[str, str], Sequence[Observation]], pairs: Mapping[tuple[str, str], int], *,
-          gpu: str, l2_bytes: int, budget: float = BUDGET, floor_s: float = DEFAULT_FLOOR_S,
-          sources: Iterable[str] = (), command: str = "", widths: Mapping[str, float] | None = None,
-          band_widths: Mapping[tuple[str, str], Sequence[float]] | None = None) -> NoiseModel:
-    """Fit each (mode, band) from its observations (what they moved beyond their widths), both
-    directions of each pair; ``band_widths``: the widths of each band's cells, for its typical one."""
-    fits = []
-    for (mode, band), obs in sorted(observations.items(), key=lambda kv: (kv[0][0], BAND_NAMES.index(kv[0][1]))):
-        if not obs:
-            continue
-        t = fit_tail([o.residual for o in obs])
-        typical = quantile(band_widths[(mode, band)], 0.5) if band_widths and band_widths.get((mode, band)) else 0.0
-        fits.append(BandFit(mode, band, len(obs), pairs.get((mode, band), 0), round(t.knee, 6), round(t.excess, 6),
-                            round(t.mad, 6), round(math.exp(max(abs(o.log_ratio) for o in obs)), 4), even_sample(obs),
-                            round(typical, 6), round(t.largest, 6)))
-    return NoiseModel(gpu, l2_bytes, budget, floor_s, tuple(fits), tuple(sources), command,
-                      {k: round(v, 6) for k, v in (widths or {}).items()})
-
-
-def detects(case: Sequence[float], slowdown: float, rule: Rule) -> bool:
-    """Whether a recorded no-change cell ``(log ratio, base seconds[, width])``, its head made
-    ``slowdown`` times slower, is flagged by ``rule`` (at the cell's recorded width)."""
-    log_ratio, base_s = case[0], case[1]
-    width = case[2] if len(case) > 2 else 0.0
-    ratio = math.exp(log_ratio) * slowdown
-    return ratio > rule.needed(width) and base_s * (ratio - 1) > rule.floor_s
-
-
-SLOWDOWNS: tuple[float, ...] = tuple(round(1 + i / 200, 3) for i in range(1, 201))  # 1.005 .. 2.0
-
-
-def resolution(sample: Sequence[Sequence[float]], rule: Rule, detection: float = DETECTION) -> float:
-    """The smallest slowdown (of SLOWDOWNS) flagged in at least ``detection`` of the recorded cases; NaN if none.
-
-    Each recorded case is used both ways round (a pair of runs has no direction), at its own width."""
-    cases = [tuple(c) for c in sample] + [(-c[0], c[1] * math.exp(c[0]), *c[2:]) for c in sample]
-    if not cases:
-        return math.nan
-    for f in SLOWDOWNS:
-        if sum(detects(c, f, rule) for c in cases) >= detection * len(cases):
-            return f
-    return math.nan
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """The rule for one mode and band in one comparison, and the smallest slowdown it catches 90% of the time."""
-
-    mode: str
-    band: str
-    gated: bool
-    ratio: float
-    floor_s: float
-    fastest_s: float  # the smallest base median in the band
-    smallest_detectable: float  # simulated on the model's recorded no-change cases (NaN: not known)
-    per_cell: float = math.nan  # the false-flag probability each cell is allowed
-    cells: int = 0  # gated cells of this mode and band in this comparison
-    learned_from: int = 0  # recorded no-change cases behind the rule
-    notes: list[str] = field(default_factory=list)
-
-
-# --- learning from recorded runs --------------------------------------------------------------------
+# --- recorded runs --------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Run:
-    """One commit measured on one machine, in one results folder."""
+    """One commit measured on one box."""
 
-    folder: str
+    box: str  # "<results folder>:<machine>", or a compare folder's box
     machine: str
     commit: str
     gpu: str
     l2_bytes: int | None
-    records: tuple = ()
+    measurements: tuple[Measurement, ...] = ()
+    source: str = ""  # the results folder or compare folder it was read from
 
     @property
     def name(self) -> str:
-        return f"{Path(self.folder).name}/{self.machine}@{self.commit[:8]}"
+        return f"{self.box}@{self.commit[:8]}"
 
 
-def runs_in(results_dir: str | Path, exclude_machines: Sequence[str] = ()) -> list[Run]:
-    """Every (machine, commit) with results in ``results_dir``, but those of ``exclude_machines``.
-
-    Ordered by machine, commit date and hash, never by the git graph (as ``commits`` breaks ties):
-    a pair's direction decides whose figure is its base, and the model learned must be the same in
-    a clone that lacks a branch of the commits measured."""
-    from relu2.asv_results import commit_dates, load_records, machine_info, machines
+def runs_in(results_dir: str | os.PathLike) -> list[Run]:
+    """Every (machine, commit) with results in a results folder, ordered by machine, commit date and
+    hash (never the git graph: the model learned is the same in any clone)."""
+    from relu2.asv_results import box_of, commit_dates, load_measurements, machine_info, machines
 
     out = []
     for m in machines(results_dir):
-        if m in exclude_machines:
-            continue
         info = machine_info(results_dir, m)
         dates = commit_dates(results_dir, m)
+        box = box_of(results_dir, m)
+        every = load_measurements(results_dir, m, box=box)
         for c in sorted(dates, key=lambda h: (dates[h], h)):
-            out.append(Run(str(results_dir), m, c, str(info.get("gpu", "")), l2_of(info),
-                           tuple(load_records(results_dir, m, c))))
+            out.append(Run(box, m, c, str(info.get("gpu", "")), l2_of(info),
+                           tuple(x for x in every if x.commit == c), str(results_dir)))
     return out
 
 
-def no_change_pairs(runs: Sequence[Run]) -> list[tuple[Run, Run]]:
-    """Every pair of runs of one folder and one GPU model: an A/A across boxes, or two commits
-    (whose unchanged cells ``observe`` picks out by kernel fingerprint)."""
+def cross_box_pairs(runs: Sequence[Run]) -> list[tuple[Run, Run]]:
+    """Every pair of runs of one results folder and one GPU model on two boxes (a folder's copy of
+    another's file is no new draw, so folders are not mixed)."""
     return [(a, b) for i, a in enumerate(runs) for b in runs[i + 1:]
-            if a.folder == b.folder and a.gpu == b.gpu and a.gpu.lower() not in ("", "none")]
+            if a.source == b.source and a.box != b.box and a.gpu == b.gpu and is_gpu(a.gpu)]
 
 
-def width_key(cell, kernel: str | None) -> str:
-    """What a width is recorded under: the measurement (mode, implementation, dtype, shape, other
-    parameters; any suite) and the kernel that ran (its fingerprint; "" for eager and copy)."""
-    extras = ",".join(f"{k}={v}" for k, v in cell.extras)
-    return "|".join((cell.measure, cell.impl, cell.dtype, cell.shape, extras, kernel or ""))
+def is_gpu(gpu: str) -> bool:
+    return gpu.lower() not in ("", "none")
 
 
-def round_width(samples: Sequence[float] | None) -> float:
-    """log(max/min) of per-round figures (0 for fewer than two)."""
-    clean = [s for s in samples or () if s is not None and s > 0 and not math.isnan(s)]
-    return math.log(max(clean) / min(clean)) if len(clean) >= 2 else 0.0
+def width_key(m: Measurement) -> str:
+    """What a width is recorded under: the measurement and the kernel that ran ("" for the references)."""
+    c = m.cell
+    extras = ",".join(f"{k}={v}" for k, v in c.extras)
+    return "|".join((c.measure, c.impl, c.dtype, c.shape, extras, m.fingerprint))
 
 
-def widths_of(runs: Sequence[Run], l2_bytes: int) -> tuple[dict[str, float], dict[tuple[str, str], list[float]]]:
-    """Per cell and kernel, the widest spread of its rounds in any of ``runs`` (today's methods only);
-    and, per (mode, band), the widths of its cells (for the band's typical width)."""
+def run_identity(run: Run) -> tuple:
+    """What makes two runs one (a result file copied into another folder is the same run)."""
+    return (run.machine, run.commit, min((m.started_at for m in run.measurements), default=0))
+
+
+class WidthBook:
+    """Widths learned from ``runs`` less some boxes' runs (and their copies in other folders): a pair
+    of runs is judged at widths that its own rounds did not make, as the gate judges two new runs."""
+
+    def __init__(self, runs: Sequence[Run]) -> None:
+        self.runs = list(runs)
+        self._cache: dict[frozenset, dict[str, float]] = {}
+
+    def without(self, boxes: Iterable[str] = ()) -> dict[str, float]:
+        key = frozenset(boxes)
+        if key not in self._cache:
+            gone = {run_identity(r) for r in self.runs if r.box in key}
+            self._cache[key] = widths_of([r for r in self.runs if run_identity(r) not in gone])
+        return self._cache[key]
+
+
+def widths_of(runs: Sequence[Run]) -> dict[str, float]:
+    """Per cell and kernel, how far its rounds spread between processes: log(q90/q10) of every round
+    recorded for it by today's methods, over distinct runs (a run copied into two folders counts
+    once).  A cell bimodal between processes (333 or 368 µs, a process's allocations deciding) has a
+    wide one wherever its processes landed; quantiles, not the extremes, so one odd round does not."""
     from relu2.schema import mode as mode_named
-    from relu2.verdict import GATED_MODES, Figure, entries, fingerprints, kernel_of
 
-    out: dict[str, float] = {}
-    bands: dict[str, tuple[str, str]] = {}
+    rounds: dict[str, list[float]] = {}
+    seen_runs: set[tuple] = set()
     for run in runs:
-        table = entries(run.records)
-        kernels = fingerprints(table)
-        for e in table.values():
-            cell, record = e.cell, e.record
-            figure = Figure.of(record) if record.status == OK else None
-            if (cell.measure not in GATED_MODES or figure is None or not figure.rounds
-                    or record.version != mode_named(cell.measure).asv_version):
+        for m in run.measurements:
+            if not (m.cell.measure in GATED_MODES and m.status == OK and m.rounds
+                    and m.version == mode_named(m.cell.measure).asv_version):
                 continue
-            key = width_key(cell, kernel_of(cell, kernels))
-            out[key] = max(out.get(key, 0.0), figure.width)
-            bands[key] = (cell.measure, band_of_cell(cell, l2_bytes))
-    by_band: dict[tuple[str, str], list[float]] = {}
-    for key, w in out.items():
-        by_band.setdefault(bands[key], []).append(w)
-    return out, by_band
+            once = (m.machine, m.commit, m.started_at, m.cell.identity)
+            if once in seen_runs:
+                continue
+            seen_runs.add(once)
+            rounds.setdefault(width_key(m), []).extend(s for s in m.samples if s > 0)
+    return {k: math.log(quantile(v, 0.9) / quantile(v, 0.1)) for k, v in rounds.items() if len(v) >= 2}
 
 
-def observe(a: Run, b: Run, l2_bytes: int,
-            widths: Mapping[str, float] | None = None) -> dict[tuple[str, str], list[Observation]]:
-    """Per (gated mode, band): the cells of unchanged code ok in both runs, as observations.  Only
-    figures of the methods the mode learns its noise from count (``relu2.schema.Mode.noise_versions``),
-    both runs of one method."""
+@dataclass(frozen=True)
+class Observation:
+    """One gated cell of unchanged code in one pair of runs."""
+
+    group: tuple[str, str, str]
+    moved: float  # log move less the references' move (signed, base -> head)
+    base_s: float
+    own_width: float  # the base figure's own rounds' spread (cross-box)
+    key: str  # its width_key
+    other_width: float = 0.0  # the head figure's: the base's when the pair is read the other way round
+
+    def width(self, widths: Mapping[str, float], typical: float = 0.0, reverse: bool = False) -> float:
+        return max(widths.get(self.key, typical), self.other_width if reverse else self.own_width)
+
+
+def observe(a: Run, b: Run, l2_bytes: int, paired: bool) -> list[Observation]:
+    """The gated cells of unchanged code ok in both runs, of one method each, of the methods their
+    mode learns from, judged as the gate judges them (after the references' move)."""
     from relu2.schema import mode as mode_named
-    from relu2.verdict import GATED_MODES, Figure, entries, fingerprints, kernel_of, kernel_unchanged, \
-        reference_offsets
 
-    widths = widths or {}
-    ta, tb = entries(a.records), entries(b.records)
-    ka, kb = fingerprints(ta), fingerprints(tb)
-    kept = []
-    for key, ea in ta.items():
-        eb = tb.get(key)
-        cell = ea.cell
-        if (eb is None or cell.measure not in GATED_MODES or ea.record.status != OK or eb.record.status != OK
-                or ea.record.version != eb.record.version
-                or ea.record.version not in mode_named(cell.measure).noise_versions
-                or not kernel_unchanged(cell, ka, kb) or not ea.record.value or not eb.record.value):
-            continue
-        kept.append((ea, math.log(eb.record.value / ea.record.value)))
-    # As the gate judges them: after the move of the pair's references in the cell's mode and band.
-    band = partial(band_of_cell, l2_bytes=l2_bytes)
-    offsets = reference_offsets(((e.cell, lr) for e, lr in kept), band)
-    out: dict[tuple[str, str], list[Observation]] = {}
-    for ea, log_ratio in kept:
-        cell = ea.cell
-        band_name = band(cell)
-        width = max(widths.get(width_key(cell, kernel_of(cell, ka)), 0.0), Figure.of(ea.record).width)
-        moved = log_ratio - offsets.get((cell.measure, band_name), 0.0)
-        out.setdefault((cell.measure, band_name), []).append(Observation(moved, float(ea.record.value), width))
+    kept = [(x, y) for x, y in pairs(a.measurements, b.measurements)
+            if y is not None and x.cell.measure in GATED_MODES and x.status == OK and y.status == OK
+            and x.version == y.version and x.version in mode_named(x.cell.measure).noise_versions
+            and (x.cell.impl in REFERENCES or (x.fingerprint and x.fingerprint == y.fingerprint))
+            and x.value and y.value]
+    band = lambda cell: band_of_cell(cell, l2_bytes)  # noqa: E731
+    offsets = reference_moves(kept, band, paired)
+    out = []
+    for x, y in kept:
+        group = group_of(x.cell, l2_bytes)
+        moved = move(Figure.of(x), Figure.of(y), paired) - offsets.get((x.cell.measure, group[2]), 0.0)
+        out.append(Observation(group, moved, float(x.value), 0.0 if paired else x.width,
+                               "" if paired else width_key(x), 0.0 if paired else y.width))
     return out
 
 
-def learn_from(runs: Sequence[Run], *, budget: float = BUDGET, floor_s: float = DEFAULT_FLOOR_S,
-               sources: Iterable[str] = (), command: str = "") -> NoiseModel:
-    """The model of the GPU model most runs were measured on, from every no-change pair among them."""
-    gpus = [r.gpu for r in runs if r.gpu.lower() not in ("", "none")]
-    if not gpus:
-        raise NoiseModelError("no GPU runs to learn from (a CPU machine's timings are not gated)")
-    gpu = max(set(gpus), key=gpus.count)
-    l2 = next((r.l2_bytes for r in runs if r.gpu == gpu and r.l2_bytes), None)
-    if l2 is None:
-        raise NoiseModelError(f"no L2 size known for {gpu!r}: record l2_bytes in machine.json")
-    mine = [r for r in runs if r.gpu == gpu]
-    widths, band_widths = widths_of(mine, l2)
-    obs: dict[tuple[str, str], list[Observation]] = {}
-    pair_count: dict[tuple[str, str], int] = {}
-    for a, b in no_change_pairs(mine):
-        for key, seen in observe(a, b, l2, widths).items():
-            obs.setdefault(key, []).extend(seen)
-            pair_count[key] = pair_count.get(key, 0) + 1
-    return learn(obs, pair_count, gpu=gpu, l2_bytes=l2, budget=budget, floor_s=floor_s, sources=sources,
-                 command=command, widths=widths, band_widths=band_widths)
+@dataclass(frozen=True)
+class PairSeen:
+    """What one pair of runs showed: its boxes, its observations and its references' moves."""
+
+    boxes: tuple[str, str]
+    observations: tuple[Observation, ...]
+    offsets: Mapping[tuple[str, str], float]
+    repicks: tuple[float, ...] = ()  # |move| of the autotuned cells whose pick alone changed
+
+
+def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
+    kept = [(x, y) for x, y in pairs(a.measurements, b.measurements)
+            if y is not None and x.status == OK and y.status == OK and x.version == y.version]
+    offsets = reference_moves(kept, lambda cell: band_of_cell(cell, l2_bytes), paired)
+    repicks = tuple(abs(move(Figure.of(x), Figure.of(y), paired)) for x, y in kept
+                    if x.cell.measure in GATED_MODES and family_of(x.cell.impl) in AUTOTUNED and x.value and y.value
+                    and x.fingerprint and y.fingerprint and only_repicked(x.fingerprint, y.fingerprint))
+    return PairSeen((a.box, b.box), tuple(observe(a, b, l2_bytes, paired)), offsets, repicks)
+
+
+def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, book: WidthBook | None = None,
+        exclude: Iterable[str] = (), budget: float = BUDGET, floor_s: float = DEFAULT_FLOOR_S,
+        sources: Iterable[str] = (), command: str = "") -> NoiseModel:
+    """The model of what ``seen`` moved beyond each cell's width (no out-of-sample cases: ``learn``
+    adds those).  A pair's residuals are taken at widths learned without its two boxes (``book``),
+    the model's widths without ``exclude``."""
+    exclude = frozenset(exclude)
+    cross = kind == CROSS_BOX and book is not None
+    widths = book.without(exclude) if cross else {}
+    typical: dict[tuple, float] = {}
+    by: dict[tuple, list[float]] = {}
+    for p in seen:
+        for o in p.observations:
+            if o.key in widths:
+                by.setdefault(o.group, []).append(widths[o.key])
+    typical = {g: quantile(v, 0.5) for g, v in by.items()}
+    by_group: dict[tuple[str, str, str], list[list[float]]] = {}
+    for p in seen:
+        own = book.without(exclude | set(p.boxes)) if cross else {}
+        mine: dict[tuple[str, str, str], list[float]] = {}
+        for o in p.observations:  # both directions: each with its base's rounds
+            for reverse in (False, True):
+                mine.setdefault(o.group, []).append(
+                    max(0.0, abs(o.moved) - o.width(own, typical.get(o.group, 0.0), reverse)))
+        for g, rs in mine.items():
+            by_group.setdefault(g, []).append(rs)
+    fits = []
+    for g in sorted(by_group, key=_group_order):
+        t = fit_tail(by_group[g])
+        fits.append(GroupFit(*g, cells=sum(map(len, by_group[g])) // 2, pairs=len(by_group[g]), knee=round(t.knee, 6),
+                             excess=round(t.excess, 6), typical_width=round(typical.get(g, 0.0), 6)))
+    moves: dict[tuple[str, str], list[float]] = {}
+    for p in seen:
+        for key, v in p.offsets.items():
+            moves.setdefault(key, []).append(abs(v))
+    bounds = {f"{k[0]}|{k[1]}": round(max(MIN_BOUND, 2 * sorted(v)[-2] if len(v) > 1 else MIN_BOUND), 6)
+              for k, v in moves.items()}
+    # what a repick moved: the second largest of the pairs' largest (recurring), with a tenth to spare
+    most = sorted(max(p.repicks) for p in seen if p.repicks)
+    repick = round(math.exp(most[-2] if len(most) > 1 else 0.0) * 1.1, 3) if most else REPICK_BOUND
+    return NoiseModel(gpu, kind, l2_bytes, budget, floor_s, tuple(fits), bounds,
+                      {k: round(v, 6) for k, v in widths.items()}, max(repick, REPICK_BOUND), tuple(sources), command)
+
+
+def _group_order(g: tuple[str, str, str]) -> tuple:
+    family, mode, band = g
+    return (FAMILY_NAMES.index(family) if family in FAMILY_NAMES else 99, mode, BAND_NAMES.index(band))
+
+
+def held_out(seen: Sequence[PairSeen], box: str, **kwargs: Any) -> tuple[NoiseModel, list]:
+    """The model learned without ``box`` (its pairs and its rounds' widths), and the cases of the pairs
+    that include it, both directions: (group, move, base seconds, width, log ratio it had to exceed,
+    comparison: "<base box> -> <head box>"), each at widths neither of its boxes made."""
+    model = fit([p for p in seen if box not in p.boxes], exclude={box}, **kwargs)
+    book = kwargs.get("book")
+    cases = []
+    for p in seen:
+        if box not in p.boxes:
+            continue
+        widths = book.without(p.boxes) if book is not None and model.kind == CROSS_BOX else {}
+        gated = len(p.observations)
+        for o in p.observations:
+            ratio = model.ratio(o.group, gated)
+            if ratio is None:
+                continue
+            typical = model.fit_for(o.group).typical_width
+            cross = model.kind == CROSS_BOX
+            a, b = p.boxes
+            for moved, base_s, name, reverse in ((o.moved, o.base_s, f"{a} -> {b}", False),
+                                                 (-o.moved, o.base_s * math.exp(o.moved), f"{b} -> {a}", True)):
+                width = o.width(widths, typical, reverse) if cross else 0.0
+                cases.append((o.group, moved, base_s, width, math.log(ratio), name))
+    return model, cases
+
+
+def even(cases: Sequence[tuple], n: int = CASES_KEPT) -> tuple[tuple[float, ...], ...]:
+    """``n`` cases spread evenly over the sorted moves (the extremes kept), rounded for the file."""
+    ordered = sorted(cases)
+    picked = ordered if len(ordered) <= n else [ordered[round(i * (len(ordered) - 1) / (n - 1))] for i in range(n)]
+    return tuple((round(c[0], 6), float(f"{c[1]:.4g}"), round(c[2], 6), round(c[3], 6)) for c in picked)
+
+
+def learn(seen: Sequence[PairSeen], **kwargs: Any) -> NoiseModel:
+    """The model of every pair in ``seen``, with its out-of-sample cases (each box left out in turn)."""
+    model = fit(seen, **kwargs)
+    cases: dict[tuple, list[tuple]] = {}
+    for box in sorted({b for p in seen for b in p.boxes}):
+        for c in held_out(seen, box, **kwargs)[1]:
+            cases.setdefault(c[0], []).append(c[1:5])
+    return replace(model, fits=tuple(replace(f, held_out=even(cases.get(f.key, ()))) for f in model.fits))
+
+
+def resolution(cases: Sequence[Sequence[float]], widths: Sequence[float], floor_s: float,
+               slowdowns: Sequence[float]) -> float:
+    """The smallest of ``slowdowns`` flagged, by the gate's rule, in at least DETECTION of the
+    out-of-sample ``cases`` (each at one of the real cells' ``widths`` in turn); NaN if none."""
+    if not cases:
+        return math.nan
+    widths = list(widths) or [0.0]
+    for f in slowdowns:
+        caught = 0
+        for i, (moved, base_s, _, log_ratio) in enumerate(cases):
+            rule = Rule(True, math.exp(log_ratio), floor_s, width=widths[i % len(widths)])
+            caught += is_slower(Figure(base_s), Figure(base_s * math.exp(moved) * f), rule)
+        if caught >= DETECTION * len(cases):
+            return f
+    return math.nan
+
+
+SLOWDOWNS: tuple[float, ...] = tuple(round(1 + i / 200, 3) for i in range(1, 201))  # 1.005 .. 2.0

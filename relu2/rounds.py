@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from relu2.timing import Budget
 
 ENV_ROUNDS = "RELU2_ROUNDS"
+# A folder for the compiler caches that outlives one measurement: relu2 compare measures each round
+# of a side in a process of its own, and its rounds share one side's caches as one measurement's do.
+ENV_CACHES = "RELU2_ROUNDS_CACHES"
 # Three rounds a side is the fewest in which "every head round slower than every base round" can
 # happen by chance in only 1 of 20 orderings of identical code (relu2.verdict.MIN_ROUNDS).
 DEFAULT_ROUNDS = 3
@@ -137,7 +140,8 @@ def measure(plan: Sequence[tuple[str, Sequence[Cell]]], device: str, rounds: int
     every = list(dict.fromkeys(c for _, cells in plan for c in cells))
     per_round: list[dict[Cell, CellResult]] = []
     out = Measured({})
-    caches = tempfile.mkdtemp(prefix="relu2-rounds-")
+    kept = os.environ.get(ENV_CACHES, "").strip()
+    caches = kept or tempfile.mkdtemp(prefix="relu2-rounds-")
     try:
         for r in range(rounds):
             began = time.perf_counter()
@@ -156,7 +160,8 @@ def measure(plan: Sequence[tuple[str, Sequence[Cell]]], device: str, rounds: int
             per_round.append(got)
             out.rounds_s.append(time.perf_counter() - began)
     finally:
-        shutil.rmtree(caches, ignore_errors=True)
+        if not kept:
+            shutil.rmtree(caches, ignore_errors=True)
     for cell in dict.fromkeys([*every, *(c for got in per_round for c in got)]):
         seen = [got[cell] for got in per_round if cell in got]
         if seen:

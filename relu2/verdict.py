@@ -1,33 +1,27 @@
-"""The comparison of two commits' records: which cells match, which moved, which vanished.
+"""The verdict on two commits' measurements: which cells match, which moved, which vanished.
 
-What it decides, and where each rule lives:
+One rule judges every cell, in both kinds of comparison, and the resolution a report prints is
+simulated with it (``relu2.noise.resolution``):
 
-* **What a cell is.**  A benchmark name is decoded once (``decode``) into a ``Cell``: suite, measure
-  (a timing mode, or a figure: ``kernel``, ``peak_memory``, ``summary``) and parameters, with the
-  implementation, dtype and shape it measured.  Cells are matched by that identity (their parameter
-  dict), never by asv's layout: a parameter added or removed matches the cells that agree on every
-  parameter both sides have.
-* **One measurement, one judgment.**  A measurement listed by several suites (same implementation,
-  dtype, shape and mode) is judged and flagged once; its other suites are named in ``also``.
-* **Which result wins.**  A commit measured twice (two environments, two runs): the cell with the
-  newest ``started_at`` wins, for figures and kernel fingerprints alike (``latest``).
-* **Which modes are gated.**  The modes whose figure is the kernel's own time
-  (``relu2.schema.Mode.kernel_time``); the others are reported.  A ``summary`` figure (a seconds
-  benchmark with no parameters, ``Implementations.track_<impl>``: the geometric mean of an
-  implementation's hot figures from 2^20 elements) is gated like the hot mode of the largest band:
-  a mean is no noisier than its cells, so the largest band's rule is safe for it.
-* **What counts as slower.**  ``is_slower``: head/base beyond the noise model's ratio times the
-  cell's spread between processes (its recorded width, or its base rounds' if wider) AND the floor;
-  when both sides carry per-round samples (``Mode.samples_are_rounds``), every head round must
-  also be slower than every base round.  Samples replayed in one process are not tested: they
-  agree within 1.5% while two boxes differ by 6%, so only the between-run spread means anything.
-* **Judged against the references of the same runs.**  A box can be faster or slower as a whole (a
-  clock, a memory part): on the H200 one freshly started box ran 1-2% faster than two others on every
-  implementation.  eager and copy are torch's own kernels, the same at every commit of the kernel
-  under test, so per mode and band the median head/base of their cells is how the box moved
-  (``reference_offsets``), and every cell's ratio is judged after taking that out.  Too few
-  references in a band (a run narrowed to other implementations) leave it as measured.
-* **Confirmation** (``Remeasurement``): the data contract of a re-measurement of flagged cells.
+* **What a cell is** (``relu2.asv_names``): cells are matched by what they measured (their
+  parameters), never by asv's layout; a parameter added or removed matches the cells that agree on
+  every parameter both sides have; a measurement several suites list is judged once.
+* **The figure** (``move``): cross-box (two results folders) it is the median of a cell's rounds,
+  and a cell moves by log(head/base); paired (base and head measured side by side on one box, round i
+  beside round i: ``relu2 compare``) each head round is set against the median of base rounds i-1, i,
+  i+1 and the cell moves by the median of those log ratios: the box's drift between rounds cancels.
+* **Slower** (``is_slower``): the move beyond the rule's ratio times the cell's width (its spread
+  between processes, cross-box only) AND beyond the floor in seconds.  Nothing else: a cell 1.15x
+  slower in two rounds of three moved its median 1.15x, and that is what is judged.
+* **Judged against the references of the same runs.**  eager and copy are torch's own kernels, the
+  same at every commit of the kernel under test: per mode and band, the median move of their cells is
+  how the box moved, and is taken out of every cell's move, but only as far as boxes move
+  (``Bound``).  A larger common move is the stack's or a shared path's, not a box's: it is reported
+  and left in, so a regression that moves everything fails instead of reading as improvements.
+* **What does not pass**: a cell the head lost (vanished, failed), and a cell the head measured whose
+  base has no figure (failed or skipped there: ``unjudged``).
+* **Repicked**: the same generated code with another autotuned pick is reported, not failing, only
+  for the implementations that autotune (``AUTOTUNED``) and only within ``REPICK_BOUND``.
 """
 
 from __future__ import annotations
@@ -39,142 +33,56 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from relu2.asv_results import DEFAULT_DTYPE, Record, ResultsError
-from relu2.noise import Rule, round_width
-from relu2.schema import BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, bytes_moved, geometry, kernel_hex, \
-    only_repicked, quantile
-from relu2.schema import mode as mode_named
+from relu2.asv_names import KERNEL, PEAK_MEMORY, SUMMARY, Cell
+from relu2.asv_results import Measurement, ResultsError
+from relu2.schema import BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
 TIMING_MODES: tuple[str, ...] = tuple(m.name for m in MODES)
-SIZE_PARAMS = ("numel", "tokens", "hidden")
-SUMMARY = "summary"
 PEAK_MEMORY_RATIO = 1.01  # deterministic for identical code: any growth past rounding is real
-MIN_ROUNDS = 3  # fewer rounds than this say nothing about the spread between them
-NO_FINGERPRINT = (BASELINE, ROOFLINE)  # never generated or built: the same kernel at every commit
-REFERENCES = NO_FINGERPRINT  # what says how the box moved: torch's own kernels, unchanged by any commit
-MIN_REFERENCES = 5  # reference cells a mode and band needs before its offset is taken out
+MIN_ROUNDS = 3  # a re-measurement needs this many rounds a side
+REFERENCES = (BASELINE, ROOFLINE)  # torch's own kernels: unchanged by any commit, no fingerprint
+MIN_REFERENCES = 5  # reference cells a mode and band needs before its move is taken out
+# Families of implementations whose noise is alike (learned per family, mode and band: relu2.noise).
+COMPILED = "compiled paths"
+FAMILIES: Mapping[str, str] = {
+    BASELINE: "references", ROOFLINE: "references",
+    "fused": "fixed kernels", "triton": "fixed kernels", "vllm_cuda": "fixed kernels", "eager_inplace": "fixed kernels",
+}
+FAMILY_NAMES: tuple[str, ...] = ("references", "fixed kernels", COMPILED)
+# Only inductor autotunes here (relu2.compiled): the hand-written kernels have one launch configuration.
+AUTOTUNED = (COMPILED,)
+# A repick exemption covers what two picks of one kernel were seen to differ by (the model's
+# repick_bound, learned by relu2 noise learn), never more; this when no model says.
+REPICK_BOUND = 1.5
+
+
+def family_of(impl: str) -> str:
+    """The family an implementation's noise is learned in: the compiled paths (every ``compile*``), the
+    references, the fixed kernels; an implementation this instrument does not know is a fixed kernel."""
+    if impl.startswith("compile"):
+        return COMPILED
+    return FAMILIES.get(impl, "fixed kernels")
 
 
 class VerdictInputError(ResultsError):
-    """Two commits' records that must not be compared (one line says why, and the flag that overrides)."""
+    """Two commits' measurements that must not be compared (one line says why, and the flag that overrides)."""
 
 
 @dataclass(frozen=True)
-class Cell:
-    """A benchmark result decoded once: what it measured, and how to name it."""
+class Rule:
+    """When a slower figure counts: a move beyond ``ratio`` times the cell's spread AND beyond
+    ``floor_s`` seconds.  ``width`` is the cell's spread between processes (a log, cross-box only)."""
 
-    suite: str  # "bench_relu2.Grid"
-    measure: str  # a mode ("hot"), "kernel", "peak_memory", "summary", or the method's own name
-    params: tuple[tuple[str, str], ...]
-    impl: str
-    dtype: str
-    shape: str  # "4096x4096"; "" when the benchmark names no size
+    gated: bool
+    ratio: float
+    floor_s: float
+    why: str = ""
+    width: float = 0.0
 
-    @property
-    def extras(self) -> tuple[tuple[str, str], ...]:
-        """Parameters beyond implementation, dtype and size."""
-        return tuple((k, v) for k, v in self.params if k not in ("impl", "dtype", *SIZE_PARAMS))
-
-    @property
-    def identity(self) -> tuple:
-        """What makes two cells one measurement, whichever suite lists it."""
-        return (self.measure, self.impl, self.dtype, self.shape, self.extras)
-
-    @property
-    def numel(self) -> int:
-        return math.prod(int(n) for n in self.shape.split("x")) if self.shape else 0
-
-    @property
-    def bytes(self) -> int:
-        try:
-            return bytes_moved(self.numel, self.dtype)
-        except ValueError:
-            return 0
-
-    @property
-    def timing_mode(self) -> str | None:
-        """The mode whose noise rule judges this cell (a summary is judged as hot); None for non-timings."""
-        if self.measure in TIMING_MODES:
-            return self.measure
-        return "hot" if self.measure == SUMMARY else None
-
-
-def decode(record: Record) -> Cell:
-    """``bench_relu2.Grid.track_hot`` at (impl, dtype, numel) -> Cell(suite, "hot", ...)."""
-    suite, method = record.benchmark.rsplit(".", 1)
-    name = method.removeprefix("track_").removeprefix("time_")
-    params = dict(record.params)
-    if record.unit == "seconds" and name in TIMING_MODES:
-        measure = name
-    elif record.unit == "seconds" and not params:
-        measure, params = SUMMARY, {"impl": name}
-    elif name in ("kernel", "peak_memory"):
-        measure = name
-    else:
-        measure = method
-    try:
-        shape = geometry(params)[1]
-    except (ValueError, TypeError):
-        shape = ""
-    return Cell(suite, measure, record.params, params.get("impl", ""), params.get("dtype", DEFAULT_DTYPE), shape)
-
-
-def latest(records: Iterable[Record]) -> list[Record]:
-    """One record per (benchmark, parameters): the one measured last (newest ``started_at``)."""
-    out: dict[Any, Record] = {}
-    for r in records:
-        if r.key not in out or r.started_at >= out[r.key].started_at:
-            out[r.key] = r
-    return list(out.values())
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A de-duplicated cell of one commit: its record, and the other suites that list it."""
-
-    cell: Cell
-    record: Record
-    also: tuple[str, ...] = ()
-
-
-def entries(records: Iterable[Record]) -> dict[tuple, Entry]:
-    """Identity -> Entry over the newest records; the first suite (by name) holds a shared measurement."""
-    out: dict[tuple, Entry] = {}
-    for r in sorted(latest(records), key=lambda r: r.benchmark):
-        cell = decode(r)
-        if cell.identity in out:
-            first = out[cell.identity]
-            out[cell.identity] = replace(first, also=first.also + (cell.suite.rsplit(".", 1)[-1],))
-        else:
-            out[cell.identity] = Entry(cell, r)
-    return out
-
-
-def fingerprints(table: Mapping[tuple, Entry]) -> dict[tuple, str]:
-    """(impl, dtype, shape, extras) -> the kernel fingerprint recorded for it."""
-    return {(e.cell.impl, e.cell.dtype, e.cell.shape, e.cell.extras): kernel_hex(e.record.value)
-            for e in table.values() if e.cell.measure == "kernel" and e.record.status == OK}
-
-
-def kernel_of(cell: Cell, kernels: Mapping[tuple, str]) -> str | None:
-    return kernels.get((cell.impl, cell.dtype, cell.shape, cell.extras))
-
-
-def kernel_unchanged(cell: Cell, base_kernels: Mapping[tuple, str], head_kernels: Mapping[tuple, str]) -> bool:
-    """True when the same kernel ran at both: equal fingerprints, or an implementation that has none."""
-    if cell.impl in NO_FINGERPRINT:
-        return True
-    b, h = kernel_of(cell, base_kernels), kernel_of(cell, head_kernels)
-    return b is not None and b == h
-
-
-def samples_are_rounds(record: Record) -> bool:
-    """Whether a record's samples are per-round medians: its mode's method, read from its version."""
-    cell = decode(record)
-    if cell.measure not in TIMING_MODES:
-        return False
-    return mode_named(cell.measure).samples_are_rounds(record.version)
+    def needed(self, width: float | None = None) -> float:
+        """The head/base ratio a cell of spread ``max(width, self.width)`` must exceed."""
+        return self.ratio * math.exp(max(self.width, width or 0.0))
 
 
 @dataclass(frozen=True)
@@ -186,46 +94,63 @@ class Figure:
     rounds: bool = False
 
     @classmethod
-    def of(cls, record: Record) -> "Figure":
-        clean = tuple(s for s in record.samples or () if s is not None and not math.isnan(s))
-        return cls(float(record.value), clean, samples_are_rounds(record))
+    def of(cls, m: Measurement) -> "Figure":
+        return cls(float(m.value), m.samples, m.rounds)
 
     @property
     def width(self) -> float:
         """log(max/min) of its rounds: the spread between processes this figure shows (0 without rounds)."""
-        return round_width(self.samples) if self.rounds else 0.0
+        clean = [s for s in self.samples if s > 0]
+        return math.log(max(clean) / min(clean)) if self.rounds and len(clean) >= 2 else 0.0
 
     def scaled(self, factor: float) -> "Figure":
-        """The same figure times ``factor`` (its samples too): a head with the box's move taken out."""
+        """The same figure times ``factor`` (its samples too)."""
         return Figure(self.value * factor, tuple(s * factor for s in self.samples), self.rounds)
 
 
-def reference_offsets(moves: Iterable[tuple[Cell, float]],
-                      band_of: Callable[[Cell], str]) -> dict[tuple[str, str], float]:
-    """Per (mode, band): the median log(head/base) of the reference cells among ``moves`` ((cell, log
-    ratio) of cells ok at both sides), where there are at least MIN_REFERENCES of them."""
+def move(base: Figure, head: Figure, paired: bool = False) -> float:
+    """How far head moved from base, as a log.  Cross-box: log of the medians' ratio.  Paired (round i
+    of each side measured side by side): the median over rounds of log(head_i / median(base_{i-1..i+1}))."""
+    if paired and base.samples and len(base.samples) == len(head.samples):
+        b = base.samples
+        logs = [math.log(h / quantile(b[max(0, i - 1):i + 2], 0.5)) for i, h in enumerate(head.samples)]
+        return quantile(logs, 0.5)
+    return math.log(head.value / base.value)
+
+
+def is_slower(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> bool:
+    """The rule: head's move (less ``offset``, how the box moved) beyond ``rule`` (its ratio times the
+    cell's width, or base's rounds' width if wider; cross-box only) and beyond its floor in seconds.  Never
+    the head's rounds: a step in two rounds of three widens them."""
+    moved = move(base, head, paired) - offset
+    width = 0.0 if paired else base.width
+    return moved > math.log(rule.needed(width)) and base.value * math.expm1(moved) > rule.floor_s
+
+
+def is_faster(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> bool:
+    """The same rule the other way round."""
+    return is_slower(head.scaled(math.exp(-offset)), base, rule, paired)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """How far a box moves as a whole (the references' median move, a log) in a mode and band: within
+    it, the move is taken out of every cell; beyond it, it is reported and left in."""
+
+    mode: str
+    band: str
+    limit: float
+
+
+def reference_moves(pairs: Iterable[tuple[Measurement, Measurement]], band_of: Callable[[Cell], str],
+                    paired: bool = False) -> dict[tuple[str, str], float]:
+    """Per (mode, band): the median move of the reference cells among ``pairs`` (ok at both sides),
+    where there are at least MIN_REFERENCES of them."""
     logs: dict[tuple[str, str], list[float]] = {}
-    for cell, log_ratio in moves:
-        if cell.impl in REFERENCES and cell.measure in TIMING_MODES:
-            logs.setdefault((cell.measure, band_of(cell)), []).append(log_ratio)
+    for b, h in pairs:
+        if b.cell.impl in REFERENCES and b.cell.measure in TIMING_MODES and _positive(b.value) and _positive(h.value):
+            logs.setdefault((b.cell.measure, band_of(b.cell)), []).append(move(Figure.of(b), Figure.of(h), paired))
     return {key: quantile(v, 0.5) for key, v in logs.items() if len(v) >= MIN_REFERENCES}
-
-
-def offset_of(cell: Cell, offsets: Mapping[tuple[str, str], float], band_of: Callable[[Cell], str]) -> float:
-    """The log offset a cell is judged after (a summary: its mode's in its band)."""
-    mode = cell.timing_mode
-    return offsets.get((mode, band_of(cell)), 0.0) if mode else 0.0
-
-
-def is_slower(base: Figure, head: Figure, rule: Rule) -> bool:
-    """head beyond ``rule`` (ratio times the cell's width, or the base rounds' width if wider, and the
-    floor) over base; with rounds on both sides, every head round slower than every base round too
-    (the spread between independent processes is what is tested)."""
-    if not (head.value > base.value * rule.needed(base.width) and head.value - base.value > rule.floor_s):
-        return False
-    if base.rounds and head.rounds and min(len(base.samples), len(head.samples)) >= MIN_ROUNDS:
-        return min(head.samples) > max(base.samples)
-    return True
 
 
 # --- findings -------------------------------------------------------------------------------------
@@ -241,9 +166,11 @@ class Change:
     unit: str
     base: float | None  # None: failed; NaN: skipped or absent
     head: float | None
-    threshold: float = float("nan")
+    threshold: float = float("nan")  # the raw head/base it had to exceed (NaN: not gated)
     kernel: str = ""  # "3f2a9c1b0e4d -> 77c0a1e2f9b3" when the generated kernel changed, "same" when not
     also: tuple[str, ...] = ()  # other suites listing the same measurement
+    family: str = ""
+    why: str = ""  # why it is listed where it is, when the list's title does not say
 
     @property
     def ratio(self) -> float:
@@ -256,7 +183,7 @@ class Change:
         return {"label": self.label, "benchmark": self.benchmark, "params": dict(self.params), "unit": self.unit,
                 "base": _number_or_none(self.base), "head": _number_or_none(self.head),
                 "ratio": _number_or_none(self.ratio), "threshold": _number_or_none(self.threshold),
-                "kernel": self.kernel, "also": list(self.also)}
+                "kernel": self.kernel, "also": list(self.also), "family": self.family, "why": self.why}
 
 
 def _positive(x: float | None) -> bool:
@@ -276,42 +203,37 @@ class Findings:
     """The cells of a comparison, sorted by fate."""
 
     compared: int = 0  # comparisons made: ok at both sides
-    gated: int = 0  # of them, judged by a noise rule that can fail the gate
+    gated: int = 0  # of them, judged by a rule that can fail the gate
     regressions: list[Change] = field(default_factory=list)
     new_failures: list[Change] = field(default_factory=list)
     vanished: list[Change] = field(default_factory=list)  # ok at base; skipped or absent at head
-    allowed: list[Change] = field(default_factory=list)
-    failed_at_base: list[Change] = field(default_factory=list)  # not comparable: no figure at base
+    allowed: list[Change] = field(default_factory=list)  # lost or unjudged, but --allow-missing names them
+    unjudged: list[Change] = field(default_factory=list)  # ok at head; failed or skipped at base: not a pass
+    failed_at_base: list[Change] = field(default_factory=list)  # failed at base, no figure at head either
     not_gated: list[Change] = field(default_factory=list)
     improvements: list[Change] = field(default_factory=list)
-    # Moved beyond the noise model with the same generated code and another autotuned pick: what
-    # the box's autotuning chose, not the commit (reported, never failing; relu2.schema.only_repicked).
-    repicked: list[Change] = field(default_factory=list)
-    base_cells: int = 0  # measured cells at base (figures, not fingerprints)
-    offsets: dict[tuple[str, str], float] = field(default_factory=dict)  # (mode, band) -> the references' log move
+    repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick, within the bound
+    base_cells: int = 0  # cells with a result at base (ok or failed)
+    base_failures: int = 0  # of them, failed
+    offsets: dict[tuple[str, str], float] = field(default_factory=dict)  # (mode, band) -> the move taken out
+    stack_moves: dict[tuple[str, str], float] = field(default_factory=dict)  # references moved beyond a box
 
 
-@dataclass(frozen=True)
-class Pair:
-    """One base entry and the head entry it is compared with (None: no counterpart)."""
-
-    base: Entry
-    head: Entry | None
-
-
-def pairs(base: Mapping[tuple, Entry], head: Mapping[tuple, Entry]) -> list[Pair]:
+def pairs(base: Sequence[Measurement], head: Sequence[Measurement]) -> list[tuple[Measurement, Measurement | None]]:
     """Match by identity; failing that, by the parameters both sides have (a parameter added or removed)."""
-    loose: dict[tuple, list[Entry]] = {}
-    for e in head.values():
-        loose.setdefault(e.cell.identity[:4], []).append(e)
-    out = []
-    for key, b in base.items():
-        if key in head:
-            out.append(Pair(b, head[key]))
+    by_id = {m.cell.identity: m for m in head}
+    loose: dict[tuple, list[Measurement]] = {}
+    for m in head:
+        loose.setdefault(m.cell.identity[:4], []).append(m)
+    out: list[tuple[Measurement, Measurement | None]] = []
+    for b in base:
+        key = b.cell.identity
+        if key in by_id:
+            out.append((b, by_id[key]))
             continue
         mine = dict(b.cell.extras)
         found = [h for h in loose.get(key[:4], []) if _nested(mine, dict(h.cell.extras))]
-        out += [Pair(b, h) for h in found] or [Pair(b, None)]
+        out += [(b, h) for h in found] or [(b, None)]
     return out
 
 
@@ -321,14 +243,14 @@ def _nested(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
     return all(big.get(k) == v for k, v in small.items())
 
 
-def check_versions(base: Iterable[Record], head: Iterable[Record]) -> None:
+def check_versions(base: Iterable[Measurement], head: Iterable[Measurement]) -> None:
     """VerdictInputError naming the first benchmark measured under two versions (asv refuses those too)."""
-    seen = {r.benchmark: r.version for r in base}
-    for r in head:
-        if r.benchmark in seen and seen[r.benchmark] != r.version:
+    seen = {m.benchmark: m.version for m in base}
+    for m in head:
+        if m.benchmark in seen and seen[m.benchmark] != m.version:
             raise VerdictInputError(
-                f"{r.benchmark} was measured as version {_short(seen[r.benchmark])} at base and "
-                f"{_short(r.version)} at head: its figures mean different things (asv refuses to compare "
+                f"{m.benchmark} was measured as version {_short(seen[m.benchmark])} at base and "
+                f"{_short(m.version)} at head: its figures mean different things (asv refuses to compare "
                 "them too); --across-versions compares anyway")
 
 
@@ -338,62 +260,81 @@ def _short(version: str | None) -> str:
     return version if len(version) <= 20 else version[:12]  # asv's hashes are long; "cold-method-2" is not
 
 
-def compare(base: Iterable[Record], head: Iterable[Record], rule_for: Callable[[Cell, int, str | None], Rule],
-            allow_missing: Sequence[str] = (), band_of: Callable[[Cell], str] = lambda cell: "") -> Findings:
-    """Sort two commits' cells into regressions, new failures, vanished, failed at base, not gated,
-    improvements.  ``rule_for(cell, gated, kernel)`` is the noise rule of a cell (its kernel at
-    base: None when it has no fingerprint) in a comparison of ``gated`` gated cells (the budget is
-    for the whole run); each cell is judged after its mode's and band's (``band_of``) reference offset."""
-    b_table, h_table = entries(base), entries(head)
-    b_kernels, h_kernels = fingerprints(b_table), fingerprints(h_table)
+def kernel_unchanged(base: Measurement, head: Measurement) -> bool:
+    """True when the same kernel ran at both: equal fingerprints, or an implementation that has none."""
+    if base.cell.impl in REFERENCES:
+        return True
+    return bool(base.fingerprint) and base.fingerprint == head.fingerprint
+
+
+def change_of(b: Measurement, h: Measurement | None) -> Change:
+    label = b.label() if h is None or h.params == b.params else f"{b.label()} -> {h.label()}"
+    return Change(label=label, benchmark=b.benchmark, params=b.params, unit=b.unit, base=b.value,
+                  head=h.value if h is not None else float("nan"), also=b.also, family=family_of(b.cell.impl))
+
+
+def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: Callable[[Measurement, int], Rule],
+            allow_missing: Sequence[str] = (), band_of: Callable[[Cell], str] = lambda cell: "",
+            paired: bool = False, bounds: Mapping[tuple[str, str], float] | None = None,
+            repick_bound: float = REPICK_BOUND) -> Findings:
+    """Sort two commits' measurements into regressions, new failures, vanished, unjudged, not gated,
+    improvements, repicked.  ``rule_for(base measurement, gated)`` is a cell's rule in a comparison
+    of ``gated`` gated cells; ``bounds`` how far a box moves per (mode, band) (a log; None: any move
+    is a box's)."""
     out = Findings()
-    comparable: list[tuple[Pair, Change]] = []
-    for pair in pairs(b_table, h_table):
-        b, h = pair.base.record, pair.head.record if pair.head else None
-        if pair.base.cell.measure == "kernel":
-            continue  # a fingerprint is annotation, not a figure
-        change = Change(label=b.label(), benchmark=b.benchmark, params=b.params, unit=b.unit, base=b.value,
-                        head=h.value if h is not None else float("nan"), also=pair.base.also)
-        if h is not None and pair.head.cell.params != pair.base.cell.params:
-            change = replace(change, label=f"{b.label()} -> {h.label()}")
-        if b.status == SKIPPED:
+    comparable: list[tuple[Measurement, Measurement, Change]] = []
+    allowed = lambda change: any(fnmatch.fnmatchcase(change.label.split(" -> ")[0], p) for p in allow_missing)  # noqa: E731
+    for b, h in pairs(base, head):
+        change = change_of(b, h)
+        if b.status != OK:
+            out.base_cells += b.status == FAILED
+            out.base_failures += b.status == FAILED
+            if h is not None and h.status == OK:  # the head measured it; nothing to judge it against
+                (out.allowed if allowed(change) else out.unjudged).append(
+                    replace(change, why=f"{b.status} at base"))
+            elif b.status == FAILED:
+                out.failed_at_base.append(change)
             continue
         out.base_cells += 1
-        if b.status == FAILED:
-            out.failed_at_base.append(change)
-            continue
         if h is None or h.status == SKIPPED:
-            allowed = any(fnmatch.fnmatchcase(b.label(), p) for p in allow_missing)
-            (out.allowed if allowed else out.vanished).append(change)
-            continue
-        if h.status == FAILED:
+            (out.allowed if allowed(change) else out.vanished).append(change)
+        elif h.status == FAILED:
             out.new_failures.append(change)
-            continue
-        comparable.append((pair, change))
+        else:
+            comparable.append((b, h, change))
     out.compared = len(comparable)
-    out.gated = sum(1 for p, _ in comparable if p.base.cell.timing_mode in GATED_MODES)
-    out.offsets = reference_offsets(((p.base.cell, math.log(p.head.record.value / p.base.record.value))
-                                     for p, _ in comparable if _positive(p.base.record.value)
-                                     and _positive(p.head.record.value)), band_of)
-    for pair, change in comparable:
-        b, h, cell = pair.base.record, pair.head.record, pair.base.cell
+    rules = {id(b): rule_for(b, 0) for b, _, _ in comparable}
+    out.gated = sum(1 for b, _, _ in comparable if rules[id(b)].gated)
+    moves = reference_moves(((b, h) for b, h, _ in comparable), band_of, paired)
+    for key, moved in moves.items():
+        limit = bounds.get(key, math.inf) if bounds is not None and key[0] in GATED_MODES else math.inf
+        if abs(moved) <= limit:
+            out.offsets[key] = moved
+        else:
+            out.stack_moves[key] = moved
+    for b, h, change in comparable:
+        cell = b.cell
         if cell.timing_mode is None:
             if b.unit == "bytes" and h.value > b.value * PEAK_MEMORY_RATIO:
                 out.regressions.append(replace(change, threshold=PEAK_MEMORY_RATIO))
             continue
-        kb, kh = kernel_of(cell, b_kernels), kernel_of(cell, h_kernels)
-        rule = rule_for(cell, out.gated, kb)
-        moved = math.exp(offset_of(cell, out.offsets, band_of))  # how the box moved: taken out of head
-        fb, fh = Figure.of(b), Figure.of(h).scaled(1 / moved)
-        slower, faster = is_slower(fb, fh, rule), is_slower(fh, fb, rule)
+        rule = rule_for(b, out.gated)
+        offset = out.offsets.get((cell.timing_mode, band_of(cell)), 0.0)
+        fb, fh = Figure.of(b), Figure.of(h)
+        slower, faster = is_slower(fb, fh, rule, paired, offset), is_faster(fb, fh, rule, paired, offset)
         if not (slower or faster):
             continue
-        kernel = "" if kb is None or kh is None else "same" if kb == kh else f"{kb} -> {kh}"
-        # the threshold in the ratio as shown (raw head/base): the rule's, moved with the box
-        found = replace(change, threshold=rule.needed(fb.width) * moved, kernel=kernel)
-        if kb is not None and kh is not None and only_repicked(kb, kh):
-            out.repicked.append(found)
-            continue
+        kb, kh = b.fingerprint, h.fingerprint
+        kernel = "" if not kb or not kh else "same" if kb == kh else f"{kb} -> {kh}"
+        width = 0.0 if paired else fb.width
+        found = replace(change, threshold=rule.needed(width) * math.exp(offset) if rule.gated else math.nan,
+                        kernel=kernel, why=rule.why)
+        if kb and kh and only_repicked(kb, kh) and family_of(cell.impl) in AUTOTUNED:
+            if faster or found.ratio <= repick_bound:
+                out.repicked.append(found)
+                continue
+            found = replace(found, why=f"another autotuned pick, but {found.ratio:.2f}x is beyond the {repick_bound:g}x "
+                                       "a pick of the same code was seen to move")
         (out.not_gated if not rule.gated else out.improvements if faster else out.regressions).append(found)
     for changes in (out.regressions, out.not_gated):
         changes.sort(key=lambda c: -c.ratio if _is_number(c.ratio) else 0)
@@ -401,7 +342,6 @@ def compare(base: Iterable[Record], head: Iterable[Record], rule_for: Callable[[
     return out
 
 
-# --- confirmation ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -497,20 +437,17 @@ class Spread:
     max: float  # the ratio furthest from 1, either way
 
 
-def spread(base: Iterable[Record], head: Iterable[Record]) -> list[Spread]:
-    """Per implementation and timing mode, head/base over the de-duplicated cells ok in both.
+def spread(base: Iterable[Measurement], head: Iterable[Measurement]) -> list[Spread]:
+    """Per implementation and timing mode, head/base over the cells ok in both.
 
     Run on two measurements of one commit (two boxes) it is the A/A data a noise model is learned from."""
-    from relu2.schema import impl_order, quantile
+    from relu2.schema import impl_order
 
-    b_table, h_table = entries(base), entries(head)
     ratios: dict[tuple[str, str], list[float]] = {}
-    for key, b in b_table.items():
-        h = h_table.get(key)
-        if (b.cell.measure not in TIMING_MODES or h is None or b.record.status != OK or h.record.status != OK
-                or not b.record.value):
+    for b, h in pairs(list(base), list(head)):
+        if (b.cell.measure not in TIMING_MODES or h is None or b.status != OK or h.status != OK or not b.value):
             continue
-        ratios.setdefault((b.cell.impl, b.cell.measure), []).append(h.record.value / b.record.value)
+        ratios.setdefault((b.cell.impl, b.cell.measure), []).append(h.value / b.value)
     out = [Spread(impl, mode, len(v), quantile(v, 0.5), quantile(v, 0.1), quantile(v, 0.9),
                   max(v, key=lambda r: max(r, 1 / r))) for (impl, mode), v in ratios.items()]
     ranks = {name: i for i, name in enumerate(impl_order({s.impl for s in out}))}

@@ -30,6 +30,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
+FIXTURE_GPU = "synthetic H200-like model (not a measurement)"  # tests/fixtures/asv_fixture.GPU
+
+
+@pytest.fixture(autouse=True, scope="session")
+def fixture_noise_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The synthetic fixture's GPU has no noise model of its own, and the gate never judges one GPU with
+    another's: for the tests, the shipped models plus the H200's relabelled for the fixture's GPU,
+    made default through $RELU2_NOISE_MODEL (subprocesses inherit it)."""
+    import os
+    from dataclasses import replace
+
+    from relu2 import noise
+
+    shipped = noise.load_models(noise.DEFAULT_MODEL_PATH)
+    h200 = noise.model_for(shipped, "NVIDIA H200", noise.CROSS_BOX)
+    path = tmp_path_factory.mktemp("noise") / "noise_model.json"
+    noise.save_models([*shipped, replace(h200, gpu=FIXTURE_GPU)], path)
+    before = os.environ.get(noise.MODEL_ENV)
+    os.environ[noise.MODEL_ENV] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop(noise.MODEL_ENV, None)
+    else:
+        os.environ[noise.MODEL_ENV] = before
+
+
 @pytest.fixture
 def temporary_impl() -> Iterator[Callable[..., object]]:
     """Register implementations for one test: ``temporary_impl(name, fn, **kw)``; all are removed after."""

@@ -55,12 +55,12 @@ def test_scaled_cell_is_named(results):
 
 def test_launch_is_reported_not_gated_unless_asked(results):
     fx.edit_cell(results, fx.COMMIT_2, *LAUNCH_COMPILE, scale=1.5)
-    report = gate(results, fx.COMMIT_1, fx.COMMIT_2)
+    report = gate(results, fx.COMMIT_1, fx.COMMIT_2, allow_missing=[fx.FIXED_AT_2])
     label = "ModelShapes.track_launch(impl=compile, tokens=64, hidden=21504)"
     assert report.exit_code == 0 and labels(report.not_gated)[0] == label  # then triton's launch, faster
     assert all("track_launch" in c for c in labels(report.not_gated))
     assert "NOT GATED" in report.format() and "0.39-1.91x" in report.format()
-    gated = gate(results, fx.COMMIT_1, fx.COMMIT_2, gate_launch=1.25)
+    gated = gate(results, fx.COMMIT_1, fx.COMMIT_2, gate_launch=1.25, allow_missing=[fx.FIXED_AT_2])
     assert gated.exit_code == 1 and labels(gated.regressions) == [label] and gated.improvements
 
 
@@ -131,14 +131,20 @@ def test_a_newly_skipped_cell_fails_unless_allowed(results):
     report = gate(results, fx.COMMIT_1, fx.COMMIT_2, machine=fx.MACHINE)
     assert labels(report.vanished) == ["Grid.track_cold(impl=eager, dtype=float32, numel=65536)"]
     assert report.exit_code == 1 and "VANISHED" in report.format()
-    allowed = gate(results, fx.COMMIT_1, fx.COMMIT_2, machine=fx.MACHINE, allow_missing=["Grid.track_cold(impl=eager,*"])
-    assert allowed.exit_code == 0 and labels(allowed.allowed) == labels(report.vanished)
+    allowed = gate(results, fx.COMMIT_1, fx.COMMIT_2, machine=fx.MACHINE,
+                   allow_missing=["Grid.track_cold(impl=eager,*", fx.FIXED_AT_2])
+    assert allowed.exit_code == 0 and labels(report.vanished)[0] in labels(allowed.allowed)
 
 
-def test_a_fixed_failure_is_not_a_regression():
-    # fused float32 1024 fails at commit 1 and works at commit 2.
+def test_a_fixed_failure_is_not_a_regression_nor_a_pass():
+    # fused float32 1024 fails at commit 1 and works at commit 2: nothing to judge its head figure by
     report = gate(fx.RESULTS, fx.COMMIT_1, fx.COMMIT_2)
-    assert report.exit_code == 0 and report.new_failures == [] and report.regressions == []
+    assert report.new_failures == [] and report.regressions == []
+    assert report.exit_code == 1 and labels(report.unjudged) and all(
+        "impl=fused, dtype=float32, numel=1024" in c for c in labels(report.unjudged))
+    assert "UNJUDGED" in report.format()
+    allowed = gate(fx.RESULTS, fx.COMMIT_1, fx.COMMIT_2, allow_missing=[fx.FIXED_AT_2])
+    assert allowed.exit_code == 0 and labels(allowed.allowed) == labels(report.unjudged)
 
 
 def test_unknown_commit_is_input_error():
@@ -250,16 +256,17 @@ def _beyond_l2(params) -> bool:
 
 
 def test_an_aa_pair_with_realistic_spread_passes(results):
-    """Box b: +-1.5% beyond 4x the L2, +-2.5% at 1-4x, +-4.5% in the L2, launch up to 2.1x: as the recorded
-    H200 runs move (the largest hot ratios seen: 1.023x beyond 4x the L2, 1.028x at 1-4x), nothing flagged."""
+    """Box b moves each cell as the recorded H200 boxes moved its family (806851a on three boxes, hot and
+    cold): the references and the fixed kernels +-1% beyond 4x the L2, +-1.5% at 1-4x, +-3% in the L2
+    (the compiled paths 1.5 times that), launch up to 2.1x: nothing flagged."""
     _second_box(results)
     rng = random.Random(7)
 
     def spread(name, params):
         if name.endswith("track_launch"):
             return rng.choice([0.6, 1.8, 2.1])
-        step = 0.015 if _beyond_l2(params) else 0.025 if _l2s(params) > 1 else 0.045
-        return 1 + rng.uniform(-step, step)
+        step = 0.01 if _beyond_l2(params) else 0.015 if _l2s(params) > 1 else 0.03
+        return 1 + rng.uniform(-step, step) * (1.5 if params["impl"].startswith("compile") else 1)
 
     timing = lambda n, p: not n.endswith("peak_memory")  # bytes are deterministic: the same on box b
     assert _scale_cells(results, "box-b", fx.COMMIT_3, timing, spread) > 100
@@ -275,8 +282,9 @@ def test_an_aa_pair_with_realistic_spread_passes(results):
 def test_a_step_of_the_stated_resolution_beyond_the_l2_fails(results):
     _second_box(results)
     report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine="box-b")
-    stated = next(r for r in report.resolution if r.mode == "hot" and r.band == "> 4x L2").smallest_detectable
-    assert 1 < stated <= 1.05  # the issue's target beyond the L2
+    stated = next(r for r in report.resolution if (r.family, r.mode, r.band) == ("fixed kernels", "hot", "> 4x L2")
+                  ).smallest_detectable
+    assert 1 < stated <= 1.10  # what the gate states it catches (the targets: test_calibration.py)
     fused_large = lambda n, p: p["impl"] == "fused" and _beyond_l2(p) and n.endswith("track_hot")
     steps = _scale_cells(results, "box-b", fx.COMMIT_3, fused_large, lambda n, p: stated)
     report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine="box-b")
@@ -319,11 +327,13 @@ def test_markdown_and_json_reports(results):
     assert set(data) == {"verdict", "exit_code", "base", "head", "compared", "regressions", "new_failures",
                          "vanished", "allowed_to_vanish", "not_gated", "improvements", "resolution", "spread", "cpu",
                          "overrides", "flagged", "unconfirmed", "confirmation", "failed_at_base", "noise_model",
-                         "repicked", "reference_moves"}
+                         "repicked", "reference_moves", "unjudged", "stack_moves", "paired", "notes"}
     (regression,) = data["regressions"]
     assert regression["params"] == {"impl": "fused", "dtype": "bfloat16", "numel": "16777216"}
-    band_ratio = next(r["ratio"] for r in data["resolution"] if (r["mode"], r["band"]) == ("hot", "1-4x L2"))
-    typical = math.exp(noise.load_model().fit_for("hot", "1-4x L2").typical_width)  # no width recorded for it
+    key = ("fixed kernels", "hot", "1-4x L2")
+    band_ratio = next(r["ratio"] for r in data["resolution"] if (r["family"], r["mode"], r["band"]) == key)
+    model = noise.model_for(noise.load_models(), fx.GPU, noise.CROSS_BOX)
+    typical = math.exp(model.fit_for(key).typical_width)  # no width recorded for it
     moved = data["reference_moves"].get("hot 1-4x L2", 1.0)
     assert regression["ratio"] == pytest.approx(1.5, rel=0.02)
     assert regression["threshold"] == pytest.approx(band_ratio * typical * moved)
@@ -338,6 +348,13 @@ def test_a_cpu_machine_is_reported_not_gated_unless_a_factor_is_given(results):
     report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
     assert report.exit_code == 0 and fx.PLANTED_LABEL in labels(report.not_gated)
     assert "a CPU machine" in report.format()
+    # one story in every rendering (issue 31, item 8): nothing gated, no threshold, no budget shared
+    data = json.loads(report.render("json"))
+    assert data["noise_model"]["gated"] == 0 and data["noise_model"]["per_cell"] is None
+    assert all(r["ratio"] is None and not r["gated"] for r in data["resolution"])
+    assert all(c["threshold"] is None for c in data["not_gated"])
+    assert "| no |" not in report.markdown() and "1.1x |" not in report.markdown()
+    assert "0 gated" in report.format() and "0 gated" in report.markdown()
     factored = gate(results, fx.COMMIT_2, fx.COMMIT_3, factor=1.2)
     assert factored.exit_code == 1 and "a CPU machine" not in factored.format()  # then hot/cold are gated
     fx.edit_cell(results, fx.COMMIT_3, *COLD_EAGER, fail=True)

@@ -1,0 +1,626 @@
+"""``relu2 compare BASE HEAD``: both commits measured on this machine, in interleaved rounds.
+
+A pull request asks "is HEAD slower than BASE on this box?".  The answer is only as good as the
+pairing: both sides measured on one box, at one time, by one ruler, so what the box does (clocks,
+heat, a neighbour's load) falls on both.
+
+* **Sides.**  A git worktree of each commit, its package installed (no dependencies, no network)
+  into a folder of its own (``sides``); its implementations are found through interface 1, as asv
+  finds them.  The instrument is this checkout's ``relu2`` package, copied once for the run
+  (``relu2.asv_run.instrument``), and its ``benchmarks/`` too: both sides are measured by one ruler,
+  and an edit of the checkout during the run changes nothing.
+* **Rounds.**  ``rounds`` rounds; in each, one fresh process per side measures every cell of the
+  chosen suites once (``relu2.rounds.measure`` of one round, the plan the asv suites measure:
+  ``bench_relu2.measuring_plan``).  The order alternates, ABBA: round 1 base then head, round 2 head
+  then base, and so on, so neither side always runs first on a warm or a cold box, and a drift of
+  the box falls on both.  A side's rounds share that side's compiler caches (empty at its first), as
+  the rounds of one asv measurement do.
+* **Figures.**  A side's rounds are merged as the suites merge theirs (``relu2.rounds.merge``: a cell
+  failed in any round failed, with the round named), and written as a plain asv results folder by
+  the suites' own ``track_*`` methods (asv_runner's benchmark objects, asv's ``Results``): samples
+  are one median per round, in round order, so base round i and head round i were measured side by
+  side.  ``relu2 gate``, export, plots and the dashboard read them as any asv result.
+
+Layout of ``--out DIR`` (the contract with the judge): ``DIR/compare.json`` (``COMPARE_FILE``, format
+1: box, machine, gpu, base and head ref and sha, rounds, order, suites, instrument, started_at,
+finished_at, complete), ``DIR/base/`` and ``DIR/head/`` (asv results folders), and the verdict's
+``DIR/report.*``.
+
+``relu2 confirm`` is this mechanism on a list of cells (``measure_sides`` with ``cells``), with more
+rounds.  Why not ``asv continuous --interleave-rounds``: docs/tracking.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import io
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from relu2.machine import UsageError
+# Three rounds a side: the fewest in which "every head round slower than every base round" happens
+# by chance in only 1 of 20 orderings of identical code.
+from relu2.verdict import MIN_ROUNDS as DEFAULT_ROUNDS
+
+FORMAT = 1
+COMPARE_FILE = "compare.json"
+SIDE_NAMES = ("base", "head")
+ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
+ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
+MAX_ROUNDS = 20
+
+Say = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def order(rounds: int) -> list[str]:
+    """The sides in the order they are measured: base, head, head, base, base, head, ... (ABBA)."""
+    return [side for r in range(rounds) for side in (SIDE_NAMES if r % 2 == 0 else SIDE_NAMES[::-1])]
+
+
+def box_id() -> str:
+    """This boot of this machine: the kernel's boot id (a reboot or another box is another id)."""
+    import socket
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
+    except OSError:  # not Linux: the host and (about) when it booted
+        boot = ""
+    return boot or f"{socket.gethostname()}-{int(time.time() - time.monotonic())}"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# --- checks before anything is built ------------------------------------------------------------------
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git -C repo ARGS``'s output; UsageError with git's one-line reason."""
+    run = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if run.returncode != 0:
+        lines = [ln for ln in run.stderr.strip().splitlines() if ln.startswith(("fatal:", "error:"))]
+        raise UsageError(f"git {' '.join(args[:2])}: {(lines or run.stderr.strip().splitlines() or [run.returncode])[0]}")
+    return run.stdout.strip()
+
+
+def resolve(repo: Path, ref: str) -> str:
+    """The full hash of the commit ``ref`` names in ``repo``; UsageError in one line when none."""
+    if not ref or ref.startswith("-"):
+        raise UsageError(f"not a git ref: {ref!r}")
+    run = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                          f"{ref}^{{commit}}"], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise UsageError(f"{ref!r} names no commit of {repo}")
+    return run.stdout.strip()
+
+
+def repo_root(repo: str | os.PathLike | None) -> Path:
+    """The git checkout that holds both commits (default: the one around the current folder)."""
+    from relu2.machine import repo_of
+
+    where = Path(repo).expanduser() if repo else Path.cwd()
+    root = repo_of(where) if where.is_dir() else None
+    if root is None:
+        raise UsageError(f"{where}: not a git checkout" + (" (--repo names the repository whose commits are "
+                                                           "compared)" if repo else " (run it inside one, or pass --repo)"))
+    return root
+
+
+def check_out(out: Path) -> None:
+    """UsageError unless ``out`` can be written: a new folder, or an empty one, in a writable folder."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise UsageError(f"--out {out}: not empty (a compare writes a folder of its own)")
+    parent = out.resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"--out {out}: no folder {parent}")
+    if not os.access(parent if not out.exists() else out, os.W_OK):
+        raise UsageError(f"--out {out}: not writable")
+
+
+def check_out_file(path: Path) -> None:
+    """UsageError unless a file can be written at ``path`` (checked before measuring, not after)."""
+    if path.is_dir():
+        raise UsageError(f"--out {path}: is a folder (name the file to write)")
+    parent = path.resolve().parent
+    if not parent.is_dir():
+        raise UsageError(f"--out {path}: no folder {parent}")
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        raise UsageError(f"--out {path}: not writable")
+
+
+def check_instrument_env() -> None:
+    """UsageError for a ``RELU2_INSTRUMENT`` from outside that names no instrument: the run sets its own,
+    and a folder that is not one would otherwise be overridden without a word."""
+    from relu2.asv_run import ENV_INSTRUMENT
+
+    named = os.environ.get(ENV_INSTRUMENT, "")
+    if named and not (Path(named) / "relu2" / "__init__.py").is_file():
+        raise UsageError(f"{ENV_INSTRUMENT}={named!r} holds no relu2 package: unset it (relu2 compare measures "
+                         "with this checkout's instrument and names it itself)")
+
+
+def project_name(tree: Path) -> str:
+    """The distribution a checkout builds (its pyproject.toml's [project] name)."""
+    import tomllib
+
+    try:
+        return tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as e:
+        raise UsageError(f"{tree / 'pyproject.toml'}: no [project] name to measure ({type(e).__name__})") from None
+
+
+def check_measured_env(names: Sequence[str]) -> None:
+    """UsageError when ``RELU2_MEASURED`` names a distribution that neither side builds: its
+    implementations would be looked for where there are none, and every cell would read n/a."""
+    from relu2.interface import ENV_MEASURED, _normal
+
+    named = os.environ.get(ENV_MEASURED, "")
+    if named and _normal(named) not in {_normal(n) for n in names}:
+        raise UsageError(f"{ENV_MEASURED}={named!r}: the commits build {', '.join(sorted(set(names)))}; unset it "
+                         "(each side's own distribution is measured)")
+
+
+NARROWING = ("RELU2_BENCH_QUICK", "RELU2_BENCH_IMPLS", "RELU2_TIMEOUT")  # recorded in compare.json when set
+
+
+def suite_names(benchmarks: Path) -> list[str]:
+    """The suites ``benchmarks/bench_relu2.py`` measures under this environment (RELU2_BENCH_SUITES)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("relu2_bench_suites", benchmarks / "bench_relu2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # torch-free: only the vocabulary
+    return [suite.__name__ for suite in module._selected()]
+
+
+def check_suites(benchmarks: Path, suites: Sequence[str]) -> None:
+    """UsageError naming a suite ``benchmarks/bench_relu2.py`` does not have."""
+    from relu2.asv_run import check_suite_environment
+
+    saved = os.environ.get("RELU2_BENCH_SUITES")
+    os.environ["RELU2_BENCH_SUITES"] = ",".join(suites)
+    try:
+        config = benchmarks.parent / "asv.conf.json"
+        if not config.is_file():
+            raise UsageError(f"{config}: not found (the suites are this checkout's benchmarks/)")
+        check_suite_environment(str(config))
+    finally:
+        if saved is None:
+            os.environ.pop("RELU2_BENCH_SUITES")
+        else:
+            os.environ["RELU2_BENCH_SUITES"] = saved
+
+
+# --- the sides ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Side:
+    """One commit, ready to measure: its installed package's folder and the distribution it is."""
+
+    name: str  # "base" or "head"
+    commit: str
+    site: Path
+    measured: str = "relu2-bench"
+
+
+@contextlib.contextmanager
+def sides(repo: Path, base: str, head: str, scratch: Path, say: Say = _stderr,
+          label: str = "relu2 compare") -> Iterator[tuple[Side, Side]]:
+    """A worktree of each commit with its package installed into a folder of its own; removed after."""
+    trees: list[Path] = []
+    try:
+        built = []
+        for name, commit in zip(SIDE_NAMES, (base, head)):
+            tree = scratch / f"tree-{name}"
+            git(repo, "worktree", "add", "--detach", "-q", str(tree), commit)
+            trees.append(tree)
+            began = time.perf_counter()
+            site = _install(tree, scratch / f"site-{name}", f"{name} ({commit[:8]})")
+            built.append(Side(name, commit, site, project_name(tree)))
+            say(f"{label}: {name} {commit[:8]} built in {time.perf_counter() - began:.0f} s")
+        yield built[0], built[1]
+    finally:
+        for tree in trees:
+            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def _install(tree: Path, site: Path, what: str) -> Path:
+    """``tree``'s package (no dependencies, no network) into ``site``: its code and its entry points."""
+    run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                          "--no-build-isolation", "--target", str(site), str(tree)], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise UsageError(f"{what} does not install: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
+    return site
+
+
+# --- the processes: a round, the record, the check ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ruler:
+    """What measures: the instrument's folder (holding relu2/) and the suites' folder (benchmarks/)."""
+
+    instrument: Path
+    benchmarks: Path
+
+
+def _env(side: Side, ruler: Ruler, **extra: str) -> dict[str, str]:
+    from relu2.asv_run import ENV_INSTRUMENT
+    from relu2.interface import ENV_MEASURED
+
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ruler.instrument), str(side.site)]),
+                **{ENV_MEASURED: side.measured, ENV_INSTRUMENT: str(ruler.instrument)}, **extra)
+
+
+def _child(action: str, request: dict, side: Side, ruler: Ruler, scratch: Path, timeout_s: float,
+           **env: str) -> tuple[int, str]:
+    """``python -m relu2.compare ACTION REQUEST`` for ``side``: its exit status and the tail of its log."""
+    path = scratch / f"{action}-{side.name}-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(request), encoding="utf-8")
+    log = path.with_suffix(".log")
+    # cwd: `python -m` puts it first on sys.path; the scratch folder shadows neither the instrument
+    # nor the side's implementations.
+    with open(log, "w", encoding="utf-8") as out:
+        try:
+            code = subprocess.run([sys.executable, "-m", "relu2.compare", action, str(path)], stdout=out,
+                                  stderr=subprocess.STDOUT, env=_env(side, ruler, **env), cwd=scratch,
+                                  timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            return 124, f"no answer in {timeout_s:g} s"
+    tail = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+    return code, tail[-1] if tail else f"exit {code}"
+
+
+@dataclass
+class Measured:
+    """Both sides' rounds: per side, the files of its rounds (pickled ``rounds.measure`` results)."""
+
+    base: Side
+    head: Side
+    order: list[str]
+    rounds: dict[str, list[Path]]
+    seconds: dict[str, list[float]]
+
+
+def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, device: str, *,
+                  cells: Sequence | None = None, say: Say = _stderr, label: str = "relu2 compare") -> Measured:
+    """``rounds`` rounds of each side in ABBA order (``order``), each a fresh process measuring the
+    suites' plan (or ``cells``, relu2.schema.Cell objects) once.  A cell that fails fails in its round
+    and is recorded so; a round's process that dies raises RuntimeError naming the round."""
+    by_name = {"base": b, "head": h}
+    out = Measured(b, h, order(rounds), {"base": [], "head": []}, {"base": [], "head": []})
+    started = time.perf_counter()
+    caches = {name: scratch / f"caches-{name}" for name in SIDE_NAMES}
+    for i, name in enumerate(out.order):
+        side, r = by_name[name], i // 2 + 1
+        caches[name].mkdir(exist_ok=True)
+        result = scratch / f"round-{r}-{name}.pickle"
+        request = {"device": device, "benchmarks": str(ruler.benchmarks), "out": str(result),
+                   "cells": [[c.impl, c.dtype, list(c.shape)] for c in cells] if cells is not None else None}
+        from relu2.rounds import ENV_CACHES, ENV_ROUNDS
+
+        began = time.perf_counter()
+        code, tail = _child("round", request, side, ruler, scratch, ROUND_TIMEOUT_S,
+                            **{ENV_CACHES: str(caches[name]), ENV_ROUNDS: "1"})
+        if code != 0 or not result.is_file():
+            raise RuntimeError(f"round {r} of {name} ({side.commit[:8]}): its process failed: {tail}")
+        out.rounds[name].append(result)
+        out.seconds[name].append(time.perf_counter() - began)
+        say(f"{label}: round {r}/{rounds} {name} ({side.commit[:8]}) in {out.seconds[name][-1]:.0f} s, "
+            f"{time.perf_counter() - started:.0f} s in all")
+    return out
+
+
+def merged_cells(paths: Sequence[Path]) -> dict:
+    """A side's rounds merged, as the suites' cache: ``{"device", "cells": {(impl, dtype, shape): entry}}``
+    (entries as ``bench_relu2._entry`` writes them; samples one median a round, in round order)."""
+    from relu2.rounds import merge
+
+    got = [pickle.loads(p.read_bytes()) for p in paths]
+    skipped = next((g["skipped"] for g in got if g.get("skipped")), "")
+    if skipped:
+        return {"device": got[0]["device"], "cells": {}, "skipped": skipped}
+    per_cell: dict = {}
+    for g in got:
+        for result in g["results"]:
+            per_cell.setdefault(result.cell, []).append(result)
+    from bench_relu2 import _entry, _key  # the suites' own plain-data form (sys.path: the suites' folder)
+
+    return {"device": got[0]["device"],
+            "cells": {_key(cell): _entry(merge(results)) for cell, results in per_cell.items()
+                      if cell in got[0]["wanted"]}}
+
+
+def _suites(benchmarks: str):
+    sys.path.insert(0, benchmarks)
+    import bench_relu2
+
+    return bench_relu2
+
+
+def _round(request: dict) -> int:
+    """A round's process: measure the plan (or the cells asked for) once; pickle the results."""
+    import math
+
+    from relu2 import rounds
+    from relu2.isolation import timeout_from_env
+    from relu2.schema import Cell
+
+    bench = _suites(request["benchmarks"])
+    device = request["device"]
+    skipped = bench._predates_interface()
+    if skipped:
+        data = {"device": device, "skipped": skipped}
+    else:
+        if request["cells"] is None:
+            plan = bench.measuring_plan(device)
+        else:
+            plan = [("cells", [Cell(i, d, math.prod(s), tuple(s)) for i, d, s in request["cells"]])]
+        done = rounds.measure(plan, device, 1, budget=bench.budget(), timeout_s=timeout_from_env())
+        data = {"device": device, "results": done.results, "wanted": {c for _, cells in plan for c in cells}}
+    Path(request["out"]).write_bytes(pickle.dumps(data))
+    return 0
+
+
+def _record(request: dict) -> int:
+    """The record process: a side's rounds merged and written as an asv results folder, by the suites'
+    own track methods run on the merged cache (asv_runner's benchmark objects, asv's Results)."""
+    from asv.machine import Machine
+    from asv.results import Results
+    from asv.runner import BenchmarkResult
+    from asv_runner.benchmarks.mark import SkipNotImplemented
+    from asv_runner.discovery import disc_benchmarks, list_benchmarks
+
+    from relu2.asv_run import atomic_asv_writes
+    from relu2.machine import machine_info
+
+    root, folder = request["benchmarks"], Path(request["folder"])
+    _suites(root)
+    cache = merged_cells([Path(p) for p in request["rounds"]])
+    listed = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()):
+        list_benchmarks(root, listed)
+    described = {b["name"]: b for b in json.loads(listed.getvalue())}
+    machine = {**Machine.get_defaults(), "machine": request["machine"], **machine_info()}
+    if machine.get("l2_bytes") in (None, "", "none"):
+        # A CPU: the cache the noise model's bands are against is its last-level cache
+        # (relu2.timing.l2_bytes), which a same-box model learned from CPU compares needs.
+        from relu2.timing import l2_bytes
+
+        machine["l2_bytes"] = str(l2_bytes("cpu"))
+    params = {**machine, "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
+    results = Results(params, {}, request["sha"], request["date_ms"], params["python"], ENV_NAME, {})
+    started = _dt.datetime.now(_dt.timezone.utc)
+    import itertools
+    import math
+
+    for bench in disc_benchmarks(root):
+        description = described[bench.name]
+        values, samples, numbers = [], [], []
+        combos = list(itertools.product(*description["params"]))  # one empty combination without params
+        for idx in range(len(combos)):
+            if description["params"]:
+                bench.set_param_idx(idx)
+            bench.set_cache(cache)
+            value, sample, number = _run_one(bench, SkipNotImplemented, math.nan)
+            values.append(value)
+            samples.append(sample)
+            numbers.append(number)
+        results.add_result(description, BenchmarkResult(result=values, samples=samples, number=numbers, errcode=0,
+                                                        stderr="", profile=None),
+                           started_at=started, duration=0.0, record_samples=True)
+    from asv import util
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_asv_writes():
+        util.write_json(str(folder / "benchmarks.json"), described, api_version=2)
+        (folder / request["machine"]).mkdir(exist_ok=True)
+        util.write_json(str(folder / request["machine"] / "machine.json"), machine, api_version=Machine.api_version)
+        results.save(str(folder))
+    print(json.dumps({"gpu": machine.get("gpu", ""), "cells": len(cache["cells"]), "skipped": cache.get("skipped", "")}))
+    return 0
+
+
+def _run_one(bench, skip_error, nan) -> tuple:
+    """One parameter combination as asv runs it: (value, samples, number); NaN skipped, None failed."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            if bench.do_setup():
+                return nan, None, None
+            try:
+                data = bench.do_run()
+            except skip_error:
+                return nan, None, None
+            finally:
+                bench.do_teardown()
+        except Exception:  # noqa: BLE001  asv records a benchmark that raised as failed (null)
+            return None, None, None
+    if isinstance(data, dict) and "samples" in data and "number" in data:
+        return True, data["samples"], data["number"]
+    return data, None, None
+
+
+def _check(request: dict) -> int:
+    """The check process: each implementation asked for, with the side's implementations, runs on the
+    device ("" when it does), as JSON {name: reason}."""
+    from relu2 import registry
+
+    out = {}
+    for name in request["impls"]:
+        try:
+            impl = registry.get(name)
+        except (KeyError, ValueError) as e:  # KeyError's text is its repr: its argument is the sentence
+            out[name] = str(e.args[0] if e.args else e)
+            continue
+        out[name] = "" if impl.supports(request["device"]) else impl.why_not(request["device"])
+    print(json.dumps(out))
+    return 0
+
+
+def unsupported(side: Side, ruler: Ruler, scratch: Path, impls: Sequence[str], device: str) -> dict[str, str]:
+    """Implementation -> why ``side`` cannot run it on ``device`` (absent when it can)."""
+    request = {"impls": list(impls), "device": device}
+    path = scratch / f"check-{side.name}.json"
+    path.write_text(json.dumps(request), encoding="utf-8")
+    run = subprocess.run([sys.executable, "-m", "relu2.compare", "check", str(path)], capture_output=True, text=True,
+                         env=_env(side, ruler), cwd=scratch, timeout=600)
+    try:
+        answer = json.loads(run.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise RuntimeError(f"{side.name} ({side.commit[:8]}): cannot list its implementations: "
+                           f"{(run.stderr.strip().splitlines() or ['?'])[-1]}") from None
+    return {name: why for name, why in answer.items() if why}
+
+
+# --- the whole compare ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def ruler(scratch: Path) -> Iterator[Ruler]:
+    """This checkout's instrument and suites, copied for the length of the run."""
+    from relu2.asv_run import instrument
+
+    here = Path(__file__).resolve().parent.parent / "benchmarks"
+    if not (here / "bench_relu2.py").is_file():
+        raise UsageError(f"{here}: no bench_relu2.py (relu2 compare measures with a checkout's suites)")
+    suites = scratch / "suites"
+    shutil.copytree(here, suites, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    with instrument() as copy:
+        yield Ruler(copy, suites)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    from relu2.results import atomic_write_text
+
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
+
+
+def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.PathLike | None = None,
+            suites: Sequence[str] = (), rounds: int = DEFAULT_ROUNDS, machine: str | None = None,
+            device: str | None = None, cells: Sequence | None = None, say: Say = _stderr) -> Path:
+    """Measure the commits ``base`` and ``head`` (git refs of ``repo``, default: the checkout around
+    the current folder) on this machine in ``rounds`` interleaved rounds, every cell of ``suites``
+    (default: all; ``RELU2_BENCH_QUICK``/``RELU2_BENCH_IMPLS`` narrow them as for asv), and write the
+    compare layout into the folder ``out`` (new or empty).  Returns ``out``.  ``cells``
+    (relu2.schema.Cell objects of the chosen suites) measures only those: the folders then hold them,
+    and every other cell of the suites as skipped (n/a).
+
+    UsageError (one line, nothing written) for bad input; RuntimeError when a round's process failed
+    (``out`` then holds compare.json with ``complete: false``)."""
+    from asv.machine import Machine
+
+    from relu2.machine import git_commit, resolve_device
+
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise UsageError(f"--rounds {rounds}: expected 1 to {MAX_ROUNDS}")
+    root = repo_root(repo)
+    shas = {"base": resolve(root, base), "head": resolve(root, head)}
+    folder = Path(out)
+    check_out(folder)
+    check_instrument_env()
+    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
+    if suites:
+        check_suites(benchmarks, suites)
+    device = resolve_device(device)
+    machine = machine or Machine.get_unique_machine_name()
+    info = {"format": FORMAT, "box": box_id(), "machine": machine, "gpu": "", "device": device,
+            "base": {"ref": base, "sha": shas["base"]}, "head": {"ref": head, "sha": shas["head"]},
+            "rounds": rounds, "order": order(rounds), "suites": [],
+            "narrowed": {k: os.environ[k] for k in NARROWING if os.environ.get(k, "").strip()},
+            "cells": None if cells is None else [c.describe() for c in cells],
+            "instrument": git_commit(Path(__file__).resolve().parent.parent) or "", "started_at": _now(),
+            "finished_at": None, "complete": False}
+    env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
+    with tempfile.TemporaryDirectory(prefix="relu2-compare-") as tmp, _environ(env_suites):
+        scratch = Path(tmp)
+        info["suites"] = suite_names(benchmarks)
+        with ruler(scratch) as r, sides(root, shas["base"], shas["head"], scratch, say) as (b, h):
+            check_measured_env([b.measured, h.measured])
+            folder.mkdir(exist_ok=True)
+            _write_json(folder / COMPARE_FILE, info)
+            done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say)
+            for side in (b, h):
+                code, tail = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
+                                               "rounds": [str(p) for p in done.rounds[side.name]],
+                                               "machine": machine, "sha": side.commit,
+                                               "date_ms": int(git(root, "log", "-1", "--format=%ct", side.commit)) * 1000},
+                                    side, r, scratch, 600)
+                if code != 0:
+                    raise RuntimeError(f"writing the {side.name}'s results failed: {tail}")
+                info["gpu"] = json.loads(tail).get("gpu", "")
+        info.update(finished_at=_now(), complete=True)
+        _write_json(folder / COMPARE_FILE, info)
+    say(f"relu2 compare: wrote {folder} (base {shas['base'][:8]}, head {shas['head'][:8]}, {rounds} rounds, "
+        f"order {' '.join(s[0].upper() for s in info['order'])})")
+    return folder
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def default_out() -> Path:
+    """Where a compare writes when no --out is given: a new folder under .asv/compare/ here."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path(".asv") / "compare" / f"compare-{stamp}-{os.getpid()}"
+
+
+# --- the verdict -------------------------------------------------------------------------------------
+
+REPORT_FORMATS = {"text": "report.txt", "markdown": "report.md", "json": "report.json"}
+
+
+def judge(folder: str | os.PathLike, fmt: str = "text", *, factor: float | None = None,
+          noise_model: str | os.PathLike | None = None) -> tuple[str, int]:
+    """The verdict on a compare folder (``relu2 gate --compare``: the paired rule, the same-box model
+    of this GPU, or ``factor``) in ``fmt``, and its exit status (relu2 gate's); every format is written
+    to ``folder/report.*``."""
+    from relu2 import gate
+    from relu2.results import atomic_write_text
+
+    report = gate.gate_compare(folder, factor=factor, noise_model=noise_model)
+    rendered = {f: report.render(f) for f in REPORT_FORMATS}
+    for f, name in REPORT_FORMATS.items():
+        atomic_write_text(Path(folder) / name, rendered[f] + "\n")
+    return rendered[fmt], report.exit_code
+
+
+def main(argv: Sequence[str]) -> int:
+    actions = {"round": _round, "record": _record, "check": _check}
+    if len(argv) != 2 or argv[0] not in actions:
+        print("usage: python -m relu2.compare round|record|check REQUEST.json (relu2 compare's own processes)",
+              file=sys.stderr)
+        return 2
+    return actions[argv[0]](json.loads(Path(argv[1]).read_text(encoding="utf-8")))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

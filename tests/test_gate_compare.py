@@ -1,0 +1,149 @@
+"""The paired verdict on a compare folder (relu2 compare's layout, docs/tracking.md), and the
+same-box model learned from A/A compares.  The folders are made here from the synthetic asv fixture."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+import asv_fixture as fx  # noqa: E402
+
+from relu2 import cli, noise  # noqa: E402
+from relu2.gate import GateInputError, gate_compare, noise_learn  # noqa: E402
+from relu2.schema import MODE_NAMES, mode  # noqa: E402
+
+
+def make_compare(dest: Path, base: str, head: str, *, complete: bool = True, box: str = "boot-1",
+                 gpu: str | None = None, head_scale: list | None = None) -> Path:
+    """DIR/compare.json, DIR/base/ and DIR/head/ (plain asv results folders holding one commit each)."""
+    dest.mkdir(parents=True)
+    for side, commit in (("base", base), ("head", head)):
+        folder = dest / side
+        (folder / fx.MACHINE).mkdir(parents=True)
+        shutil.copy(fx.RESULTS / "benchmarks.json", folder / "benchmarks.json")
+        info = json.loads((fx.RESULTS / fx.MACHINE / "machine.json").read_text())
+        info["gpu"] = gpu or info["gpu"]
+        (folder / fx.MACHINE / "machine.json").write_text(json.dumps(info))
+        src = fx.result_file(fx.RESULTS, commit)
+        shutil.copy(src, folder / fx.MACHINE / src.name)
+    for side in ("base", "head"):  # as today's instrument records them: its methods' pinned versions
+        path = next((dest / side / fx.MACHINE).glob("*-*.json"))
+        data = json.loads(path.read_text())
+        v = data["result_columns"].index("version")
+        for name, row in data["results"].items():
+            method = name.rsplit(".", 1)[-1].removeprefix("track_")
+            if method in MODE_NAMES:
+                row[v] = mode(method).asv_version
+        path.write_text(json.dumps(data))
+    for (bench, params), scale in head_scale or ():
+        fx.edit_cell(dest / "head", head, bench, params, scale=scale)
+    (dest / "compare.json").write_text(json.dumps({
+        "format": 1, "box": box, "machine": fx.MACHINE, "gpu": gpu or fx.GPU, "base": {"ref": "b", "sha": base},
+        "head": {"ref": "h", "sha": head}, "rounds": 15, "order": ["base", "head"] * 15, "suites": ["Grid"],
+        "instrument": "0" * 40, "started_at": 0, "finished_at": 1, "complete": complete}))
+    return dest
+
+
+PLANTED = (fx.PLANTED_BENCH, fx.PLANTED_PARAMS)
+
+
+def test_a_paired_compare_flags_the_planted_regression(tmp_path):
+    report = gate_compare(make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3))
+    assert report.paired and report.exit_code == 1
+    assert [c.label for c in report.regressions] == [fx.PLANTED_LABEL]
+    assert any("paired" in n and "boot-1" in n for n in report.notes())
+    # no same-box model for this GPU: judged with its cross-box one, saying so
+    assert any("no same-box noise model" in n for n in report.notes())
+
+
+def test_an_aa_compare_passes_and_a_step_fails(tmp_path):
+    aa = gate_compare(make_compare(tmp_path / "aa", fx.COMMIT_3, fx.COMMIT_3))
+    assert aa.exit_code == 0 and aa.compared and any("A/A" in n for n in aa.notes())
+    step = gate_compare(make_compare(tmp_path / "ab", fx.COMMIT_3, fx.COMMIT_3, head_scale=[(PLANTED, 1.5)]))
+    assert step.exit_code == 1 and [c.label for c in step.regressions] == [fx.PLANTED_LABEL]
+
+
+def test_the_paired_rule_sets_round_i_beside_its_neighbours():
+    from relu2.verdict import Figure, Rule, is_slower, move
+
+    # the box drifted 10% during the run; head is 5% slower than base in each round, measured beside it
+    base = Figure(1.05, (1.00, 1.05, 1.10), rounds=True)
+    head = Figure(1.1025, (1.05, 1.1025, 1.155), rounds=True)
+    assert move(base, head, paired=True) == pytest.approx(0.0488, abs=1e-3)
+    assert is_slower(base, head, Rule(True, 1.03, 0.0), paired=True)
+    assert not is_slower(base, Figure(1.05, (1.00, 1.05, 1.10), rounds=True), Rule(True, 1.03, 0.0), paired=True)
+
+
+def test_an_incomplete_compare_is_refused(tmp_path, capsys):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3, complete=False)
+    with pytest.raises(GateInputError, match="did not finish"):
+        gate_compare(folder)
+    assert cli.main(["gate", "--compare", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "complete: false" in err[0]
+
+
+def test_a_compare_folder_that_is_not_one_is_refused(tmp_path):
+    (tmp_path / "x").mkdir()
+    with pytest.raises(GateInputError, match="not a relu2 compare folder"):
+        gate_compare(tmp_path / "x")
+    folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3)
+    shutil.rmtree(folder / "head")
+    with pytest.raises(GateInputError, match="head: missing"):
+        gate_compare(folder)
+
+
+def test_a_gpu_without_a_model_of_its_own_is_refused_or_judged_by_factor_only(tmp_path, capsys):
+    """c8c9b4b judged two H100 machines with the only shipped model, the H200's, and passed."""
+    folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3, gpu="NVIDIA H100 80GB HBM3")
+    with pytest.raises(GateInputError, match="no noise model for NVIDIA H100.*--factor"):
+        gate_compare(folder)
+    by_factor = gate_compare(folder, factor=1.2)
+    assert by_factor.exit_code == 1 and any("--factor 1.2 only" in n for n in by_factor.notes())
+    assert cli.main(["gate", "--compare", str(folder), "--format", "json"]) == 2
+
+
+def test_a_cpu_compare_without_a_cpu_model_says_so_and_gates_only_with_factor(tmp_path):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3, gpu="none")
+    report = gate_compare(folder)
+    assert report.exit_code == 0 and not report.regressions and report.noise["gated"] == 0
+    assert any("no same-box noise model for this CPU" in n for n in report.notes())
+    assert gate_compare(folder, factor=1.2).exit_code == 1
+
+
+def test_the_cli_renders_a_compare_and_refuses_mixed_arguments(tmp_path, capsys):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3)
+    assert cli.main(["gate", "--compare", str(folder), "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["paired"] is True and data["regressions"][0]["label"] == fx.PLANTED_LABEL
+    assert cli.main(["gate", "a", "b", "--compare", str(folder)]) == 2
+
+
+def test_the_same_box_model_is_learned_from_aa_compares_and_used(tmp_path):
+    small = [(PLANTED, 1.004), (("bench_relu2.Grid.track_hot", {"impl": "eager", "dtype": "float32",
+                                                                 "numel": 65536}), 0.997)]
+    folders = [str(make_compare(tmp_path / f"aa{i}", fx.COMMIT_3, fx.COMMIT_3, box=f"boot-{i}", head_scale=small))
+               for i in range(2)]
+    out = tmp_path / "models.json"
+    shutil.copy(noise.default_model_path(), out)
+    model = noise_learn([], out, same_box=folders)
+    assert model.kind == noise.SAME_BOX and model.gpu == fx.GPU and model.fits
+    kinds = {(m.gpu, m.kind) for m in noise.load_models(out)}
+    assert (fx.GPU, noise.SAME_BOX) in kinds and (fx.GPU, noise.CROSS_BOX) in kinds  # the others kept
+    report = gate_compare(make_compare(tmp_path / "ab", fx.COMMIT_2, fx.COMMIT_3), noise_model=out)
+    assert report.noise["model"] == f"{fx.GPU} ({noise.SAME_BOX})"
+    assert not any("no same-box noise model" in n for n in report.notes())
+
+
+def test_noise_learn_never_writes_the_shipped_model_unasked(tmp_path, monkeypatch, capsys):
+    """Issue 31, item 4: relu2 noise learn RESULTS without --out rewrote relu2/noise_model.json."""
+    before = noise.DEFAULT_MODEL_PATH.read_bytes()
+    monkeypatch.chdir(Path(noise.__file__).parents[1])
+    assert cli.main(["noise", "learn", "docs/aa/results"]) == 2
+    assert "needs --out" in capsys.readouterr().err
+    assert noise.DEFAULT_MODEL_PATH.read_bytes() == before
