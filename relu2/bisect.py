@@ -477,8 +477,7 @@ def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Or
     def compared(base: str, head: str, cells: Sequence[str], rounds: int) -> dict[str, tuple]:
         from relu2 import confirm
 
-        report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False,
-                                 **_measured_kw(confirm.confirm, repo, head))
+        report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False)
         by_key = {f"{c['impl']}:{c['dtype']}:{c['shape']}:{c['mode']}": c for c in report["cells"]}
         return {cell: (_side(by_key.get(cell), "base", base), _side(by_key.get(cell), "head", head))
                 for cell in cells}
@@ -512,17 +511,6 @@ def _unmeasurable(message: str) -> str:
     """confirm's refusal, said as a skip: "does not build: ..." for an install that failed."""
     head, _, why = message.partition(" does not install: ")
     return f"does not build: {why}" if why else message
-
-
-def _measured_kw(confirm_fn: Callable, repo: Path, commit: str) -> dict[str, str]:
-    """``measured=`` for main's relu2 confirm, which takes the distribution under test (relu2 compare's
-    derives it from each side's pyproject.toml and takes no such argument)."""
-    import inspect
-    import tomllib
-
-    if "measured" not in inspect.signature(confirm_fn).parameters:
-        return {}
-    return {"measured": tomllib.loads(_run_git(repo, "show", f"{commit}:pyproject.toml").stdout)["project"]["name"]}
 
 
 # --- the command --------------------------------------------------------------------------------------
