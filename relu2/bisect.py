@@ -11,9 +11,9 @@ each cell gets one of three answers:
   unknown answer measures ``MIN_ROUNDS`` more rounds, up to the budget of rounds a step may take;
   a probe still unknown then is skipped for that cell, as an unmeasurable commit is.
 
-"Moved" is the paired rule ``pair``: per round, the ratio of the two sides measured side by side in
-that round (so a box that speeds up or slows down as a whole cancels); moved when the median of
-those ratios is beyond ``factor`` and more than three quarters of them lie on the same side of 1.
+"Moved" is the paired rule ``pair``: the paired verdict's move (``relu2.verdict.move``: round i of
+one side against the rounds around i of the other, so a box that speeds up or slows down as a whole
+cancels) beyond ``factor``, and more than three quarters of the rounds on that side.
 Step 0 measures GOOD against BAD alone: a cell that did not move there is "not reproduced".
 
 Commits that cannot be measured (older than the implementations interface, a failed build, a
@@ -55,14 +55,19 @@ SLOWER, FASTER, SAME, UNCLEAR = 1, -1, 0, None
 
 
 def pair(a: Sequence[float], b: Sequence[float], factor: float) -> int | None:
-    """How ``b`` compares with ``a``, round i of one beside round i of the other: SLOWER or FASTER
-    when the median of b_i / a_i is beyond ``factor`` (either way) and more than three quarters of
-    the ratios lie on that side of 1; SAME when the median is within ``factor``; UNCLEAR otherwise
-    (the median says moved, the rounds disagree), and with fewer than MIN_ROUNDS pairs."""
-    ratios = [y / x for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
-    if len(ratios) < MIN_ROUNDS:
+    """How ``b`` compares with ``a``, round i of one measured beside round i of the other: SLOWER or
+    FASTER when the paired verdict's move (``relu2.verdict.move``: the median over rounds of
+    log(b_i / median(a_{i-1..i+1}))) is beyond ``factor`` (either way) and more than three quarters
+    of the rounds' b_i / a_i lie on that side of 1; SAME when the move is within ``factor``; UNCLEAR
+    otherwise (the move says moved, the rounds disagree), and with fewer than MIN_ROUNDS pairs."""
+    from relu2.verdict import Figure, move
+
+    kept = [(x, y) for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
+    if len(kept) < MIN_ROUNDS:
         return UNCLEAR
-    middle = statistics.median(ratios)
+    ratios = [y / x for x, y in kept]
+    sides = [Figure(statistics.median(side), tuple(side), rounds=True) for side in zip(*kept)]
+    middle = math.exp(move(*sides, paired=True))
     if 1 / factor <= middle <= factor:
         return SAME
     way = SLOWER if middle > factor else FASTER

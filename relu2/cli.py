@@ -497,9 +497,9 @@ step gives each cell one of three answers:
   like GOOD   BAD moved away from the probe; the probe did not move away from GOOD
   like BAD    the probe moved away from GOOD the way BAD did; BAD did not move further
   unknown     neither or both: noise, or a probe halfway along a cell that moved twice
-"Moved" is the paired rule: round i of one side beside round i of the other; moved when the median
-of the per-round ratios is beyond --factor (default {bisect.DEFAULT_FACTOR:g}) and more than three
-quarters of them lie on the same side of 1.
+"Moved" is the paired rule: the paired verdict's move (relu2 gate --compare's: the median over
+rounds of round i of one side against rounds i-1..i+1 of the other) beyond --factor (default
+{bisect.DEFAULT_FACTOR:g}), and more than three quarters of the rounds on that side.
 
 The budget: a step measures {bisect.MIN_ROUNDS} rounds; an unknown answer measures {bisect.MIN_ROUNDS} more, until
 the answer is known or --budget ROUNDS (default {bisect.DEFAULT_BUDGET}) are spent; a probe still unknown then
