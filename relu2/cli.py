@@ -488,9 +488,9 @@ def bisect_description() -> str:
 
     return f"""\
 Bisect the first-parent commits from GOOD to BAD for the cells named (--cell) or flagged by a gate
-report (--from-gate), measuring every step on this machine: the probe commit beside GOOD and BAD
-themselves, in interleaved rounds (each a fresh process a side, the order reversed every other round;
-relu2 confirm's rounds, this checkout's instrument, each commit's implementations).
+report (--from-gate), measuring every step on this machine: the probe commit beside GOOD, then
+beside BAD (two relu2 confirm comparisons: relu2 compare's mechanism on those cells, worktrees of
+both commits, this checkout's instrument, interleaved rounds of a fresh process a side).
 
 Step 0 measures GOOD against BAD: a cell that did not move there is "not reproduced". Every later
 step gives each cell one of three answers:
