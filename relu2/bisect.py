@@ -540,11 +540,22 @@ class Report:
         return exit_code(self.findings)
 
     def as_json(self) -> dict:
-        return {"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
+        """The report as plain data, a figure that is not a number as null (strict JSON)."""
+        return _no_nan({"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
                 "commits": self.plan.commits, "factor": self.plan.factor, "budget": self.plan.budget,
                 "measured_steps": sum(s.measured for s in self.steps), "state": self.state,
                 "cells": [asdict(f) for f in self.findings], "steps": [asdict(s) for s in self.steps],
-                "exit": self.exit_code}
+                "exit": self.exit_code})
+
+
+def _no_nan(data):
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _no_nan(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_no_nan(v) for v in data]
+    return data
 
 
 def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float = DEFAULT_FACTOR,

@@ -386,7 +386,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                         state=Path(args.state) if args.state else None, device=machine.resolve_device(args.device),
                         progress=progress)
     if args.format == "json":
-        print(json.dumps(report.as_json(), indent=2, default=str))
+        print(json.dumps(report.as_json(), indent=2, allow_nan=False))
     else:
         print(bisect.format_text(report))
     return report.exit_code
