@@ -11,9 +11,9 @@ each cell gets one of three answers:
   unknown answer measures ``MIN_ROUNDS`` more rounds, up to the budget of rounds a step may take;
   a probe still unknown then is skipped for that cell, as an unmeasurable commit is.
 
-"Moved" is the paired rule ``pair``: per round, the ratio of the two sides measured side by side in
-that round (so a box that speeds up or slows down as a whole cancels); moved when the median of
-those ratios is beyond ``factor`` and more than three quarters of them lie on the same side of 1.
+"Moved" is the paired rule ``pair``: the paired verdict's move (``relu2.verdict.move``: round i of
+one side against the rounds around i of the other, so a box that speeds up or slows down as a whole
+cancels) beyond ``factor``, and more than three quarters of the rounds on that side.
 Step 0 measures GOOD against BAD alone: a cell that did not move there is "not reproduced".
 
 Commits that cannot be measured (older than the implementations interface, a failed build, a
@@ -36,7 +36,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-from relu2.verdict import MIN_ROUNDS
+try:  # the gate's vocabulary, torch- and judge-free, so that building --help imports no judging module
+    from relu2.schema import MIN_ROUNDS
+except ImportError:  # before the judging wing moved it there
+    from relu2.verdict import MIN_ROUNDS
 
 STATE_FORMAT = 1
 DEFAULT_FACTOR = 1.2  # a step of 1.5x is found on a shared 2-core CPU; a noise model's per-cell ratio is finer
@@ -55,14 +58,19 @@ SLOWER, FASTER, SAME, UNCLEAR = 1, -1, 0, None
 
 
 def pair(a: Sequence[float], b: Sequence[float], factor: float) -> int | None:
-    """How ``b`` compares with ``a``, round i of one beside round i of the other: SLOWER or FASTER
-    when the median of b_i / a_i is beyond ``factor`` (either way) and more than three quarters of
-    the ratios lie on that side of 1; SAME when the median is within ``factor``; UNCLEAR otherwise
-    (the median says moved, the rounds disagree), and with fewer than MIN_ROUNDS pairs."""
-    ratios = [y / x for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
-    if len(ratios) < MIN_ROUNDS:
+    """How ``b`` compares with ``a``, round i of one measured beside round i of the other: SLOWER or
+    FASTER when the paired verdict's move (``relu2.verdict.move``: the median over rounds of
+    log(b_i / median(a_{i-1..i+1}))) is beyond ``factor`` (either way) and more than three quarters
+    of the rounds' b_i / a_i lie on that side of 1; SAME when the move is within ``factor``; UNCLEAR
+    otherwise (the move says moved, the rounds disagree), and with fewer than MIN_ROUNDS pairs."""
+    from relu2.verdict import Figure, move
+
+    kept = [(x, y) for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
+    if len(kept) < MIN_ROUNDS:
         return UNCLEAR
-    middle = statistics.median(ratios)
+    ratios = [y / x for x, y in kept]
+    sides = [Figure(statistics.median(side), tuple(side), rounds=True) for side in zip(*kept)]
+    middle = math.exp(move(*sides, paired=True))
     if 1 / factor <= middle <= factor:
         return SAME
     way = SLOWER if middle > factor else FASTER
@@ -477,8 +485,7 @@ def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Or
     def compared(base: str, head: str, cells: Sequence[str], rounds: int) -> dict[str, tuple]:
         from relu2 import confirm
 
-        report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False,
-                                 **_measured_kw(confirm.confirm, repo, head))
+        report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False)
         by_key = {f"{c['impl']}:{c['dtype']}:{c['shape']}:{c['mode']}": c for c in report["cells"]}
         return {cell: (_side(by_key.get(cell), "base", base), _side(by_key.get(cell), "head", head))
                 for cell in cells}
@@ -514,17 +521,6 @@ def _unmeasurable(message: str) -> str:
     return f"does not build: {why}" if why else message
 
 
-def _measured_kw(confirm_fn: Callable, repo: Path, commit: str) -> dict[str, str]:
-    """``measured=`` for main's relu2 confirm, which takes the distribution under test (relu2 compare's
-    derives it from each side's pyproject.toml and takes no such argument)."""
-    import inspect
-    import tomllib
-
-    if "measured" not in inspect.signature(confirm_fn).parameters:
-        return {}
-    return {"measured": tomllib.loads(_run_git(repo, "show", f"{commit}:pyproject.toml").stdout)["project"]["name"]}
-
-
 # --- the command --------------------------------------------------------------------------------------
 
 
@@ -544,11 +540,22 @@ class Report:
         return exit_code(self.findings)
 
     def as_json(self) -> dict:
-        return {"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
+        """The report as plain data, a figure that is not a number as null (strict JSON)."""
+        return _no_nan({"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
                 "commits": self.plan.commits, "factor": self.plan.factor, "budget": self.plan.budget,
                 "measured_steps": sum(s.measured for s in self.steps), "state": self.state,
                 "cells": [asdict(f) for f in self.findings], "steps": [asdict(s) for s in self.steps],
-                "exit": self.exit_code}
+                "exit": self.exit_code})
+
+
+def _no_nan(data):
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {k: _no_nan(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_no_nan(v) for v in data]
+    return data
 
 
 def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float = DEFAULT_FACTOR,

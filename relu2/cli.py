@@ -394,7 +394,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
                         state=Path(args.state) if args.state else None, device=machine.resolve_device(args.device),
                         progress=progress)
     if args.format == "json":
-        print(json.dumps(report.as_json(), indent=2, default=str))
+        print(json.dumps(report.as_json(), indent=2, allow_nan=False))
     else:
         print(bisect.format_text(report))
     return report.exit_code
@@ -504,18 +504,18 @@ def bisect_description() -> str:
 
     return f"""\
 Bisect the first-parent commits from GOOD to BAD for the cells named (--cell) or flagged by a gate
-report (--from-gate), measuring every step on this machine: the probe commit beside GOOD and BAD
-themselves, in interleaved rounds (each a fresh process a side, the order reversed every other round;
-relu2 confirm's rounds, this checkout's instrument, each commit's implementations).
+report (--from-gate), measuring every step on this machine: the probe commit beside GOOD, then
+beside BAD (two relu2 confirm comparisons: relu2 compare's mechanism on those cells, worktrees of
+both commits, this checkout's instrument, interleaved rounds of a fresh process a side).
 
 Step 0 measures GOOD against BAD: a cell that did not move there is "not reproduced". Every later
 step gives each cell one of three answers:
   like GOOD   BAD moved away from the probe; the probe did not move away from GOOD
   like BAD    the probe moved away from GOOD the way BAD did; BAD did not move further
   unknown     neither or both: noise, or a probe halfway along a cell that moved twice
-"Moved" is the paired rule: round i of one side beside round i of the other; moved when the median
-of the per-round ratios is beyond --factor (default {bisect.DEFAULT_FACTOR:g}) and more than three
-quarters of them lie on the same side of 1.
+"Moved" is the paired rule: the paired verdict's move (relu2 gate --compare's: the median over
+rounds of round i of one side against rounds i-1..i+1 of the other) beyond --factor (default
+{bisect.DEFAULT_FACTOR:g}), and more than three quarters of the rounds on that side.
 
 The budget: a step measures {bisect.MIN_ROUNDS} rounds; an unknown answer measures {bisect.MIN_ROUNDS} more, until
 the answer is known or --budget ROUNDS (default {bisect.DEFAULT_BUDGET}) are spent; a probe still unknown then

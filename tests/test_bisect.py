@@ -181,6 +181,15 @@ def test_no_step_between_good_and_bad_is_not_reproduced_and_measures_nothing_mor
     assert bisect.exit_code(found) == 1
 
 
+def test_a_cell_failed_at_good_is_not_measured_and_the_others_still_bisected():
+    box = FakeBox({TOY: step_at(5), FUSED: step_at(5)}, failed={(FUSED, 0): "failed at GOOD"})
+    plan = Plan(COMMITS, [TOY, FUSED])
+    steps = bisect.search(plan, box)
+    found = bisect.findings(COMMITS, bisect.replay(plan.cells, 9, steps, plan.factor), steps)
+    assert [f.verdict for f in found] == ["culprit", bisect.NOT_MEASURED] and bisect.exit_code(found) == 0
+    assert found[1].skipped[0]["reason"] == "failed at GOOD"
+
+
 def test_an_interrupted_bisection_resumes_from_its_state_file(tmp_path):
     state = tmp_path / "state.json"
     plan = Plan(COMMITS, [TOY])
