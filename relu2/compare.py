@@ -309,6 +309,11 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
     out = Measured(b, h, order(rounds), {"base": [], "head": []}, {"base": [], "head": []})
     started = time.perf_counter()
     caches = {name: scratch / f"caches-{name}" for name in SIDE_NAMES}
+    from relu2.machine import contention_warning
+
+    busy = contention_warning(device, {os.getpid()})
+    if busy:  # said, not refused: interleaving spreads a busy box over both sides, the figures say how far
+        say(f"{label}: warning: {busy}")
     for i, name in enumerate(out.order):
         side, r = by_name[name], i // 2 + 1
         caches[name].mkdir(exist_ok=True)
