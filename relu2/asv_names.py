@@ -116,10 +116,36 @@ def encode(suite: str, measure: str, impl: str, *, dtype: str | None = None, num
     return benchmark_name(suite, measure), (("impl", impl), ("dtype", dtype), ("numel", str(numel)))
 
 
+def split(benchmark: str) -> tuple[str, str, str]:
+    """``bench_relu2.Grid.track_hot(...)`` -> (``bench_relu2.Grid``, ``track_hot``, ``hot``): the suite,
+    the method, and the method's name less asv's prefix (a dashboard's series name keeps its params)."""
+    name = benchmark.split("(", 1)[0]
+    suite, method = name.rsplit(".", 1) if "." in name else ("", name)
+    return suite, method, method.removeprefix("track_").removeprefix("time_")
+
+
+def measure_of(benchmark: str, unit: str | None = None) -> str:
+    """What a benchmark measures from its name (and unit, when known): a mode, ``kernel``,
+    ``peak_memory``, ``summary`` (an Implementations figure), or the method's own name."""
+    suite, method, name = split(benchmark)
+    if name in MODE_NAMES and unit in (None, "seconds"):
+        return name
+    if name in (KERNEL, PEAK_MEMORY):
+        return name
+    if suite.rsplit(".", 1)[-1] == SUMMARY_SUITE and unit in (None, "seconds"):
+        return SUMMARY
+    return method
+
+
+def unit_of(benchmark: str) -> str:
+    """The unit a benchmark's name implies (for one benchmarks.json no longer lists): "" when unknown."""
+    measure = measure_of(benchmark)
+    return "seconds" if measure in MODE_NAMES or measure == SUMMARY else "bytes" if measure == PEAK_MEMORY else ""
+
+
 def decode(benchmark: str, params: Sequence[tuple[str, str]], unit: str) -> Cell:
     """``bench_relu2.Grid.track_hot`` at (impl, dtype, numel), unit seconds -> Cell(suite, "hot", ...)."""
-    suite, method = benchmark.rsplit(".", 1) if "." in benchmark else ("", benchmark)
-    name = method.removeprefix("track_").removeprefix("time_")
+    suite, method, name = split(benchmark)
     named = dict(params)
     params = tuple(params)
     if unit == "seconds" and name in MODE_NAMES:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from relu2.asv_names import KERNEL, Cell, decode
+from relu2.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, measure_of, split, unit_of
 from relu2.results import Row, csv_text, make_row, write_csv
 from relu2.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, geometry, kernel_hex
 from relu2.schema import mode as mode_named
@@ -60,19 +60,19 @@ class BenchmarkInfo:
     @property
     def method(self) -> str:
         """The method name, e.g. ``track_hot``."""
-        return self.name.rsplit(".", 1)[-1]
+        return split(self.name)[1]
 
     @property
     def mode(self) -> str | None:
         """``hot``/``cold``/``launch`` for a timing benchmark, else None."""
-        mode = self.method.removeprefix("track_").removeprefix("time_")
-        return mode if mode in MODE_NAMES and self.unit == "seconds" else None
+        measure = measure_of(self.name, self.unit)
+        return measure if measure in MODE_NAMES else None
 
 
-# Benchmarks that are not timings but a side figure of the same cell: method -> (Row column, converter).
+# Benchmarks that are not timings but a side figure of the same cell: measure -> (Row column, converter).
 SIDE_FIGURES = {
-    "track_peak_memory": ("peak_bytes", float),
-    "track_kernel": ("kernel", kernel_hex),
+    PEAK_MEMORY: ("peak_bytes", float),
+    KERNEL: ("kernel", kernel_hex),
 }
 
 
@@ -277,7 +277,7 @@ def timing_row(
 
 def _suite(benchmark: str) -> str:
     """``bench_relu2.Grid.track_hot`` -> ``bench_relu2.Grid``: the benchmarks measured in one run of a suite."""
-    return benchmark.rsplit(".", 1)[0]
+    return split(benchmark)[0]
 
 
 def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -> list[Record]:
@@ -289,9 +289,9 @@ def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -
     side: dict[tuple, dict[str, Any]] = {}
     for r in records:
         params = dict(r.params)
-        method = r.benchmark.rsplit(".", 1)[-1]
-        if method in SIDE_FIGURES and r.status == OK:
-            column, convert = SIDE_FIGURES[method]
+        measure = r.cell.measure
+        if measure in SIDE_FIGURES and r.status == OK:
+            column, convert = SIDE_FIGURES[measure]
             side.setdefault((r.machine, r.commit, _suite(r.benchmark), r.params), {})[column] = convert(r.value)
         info = benchmarks.get(r.benchmark) or BenchmarkInfo(r.benchmark, (), r.unit, r.version)
         if info.mode is None or params.get("impl") != ROOFLINE or r.status != OK:
@@ -535,11 +535,10 @@ def _unlisted(name: str, param_values: Sequence[Sequence[str]], benchmarks: dict
     """What a benchmark no longer in benchmarks.json (renamed or removed) is read as: its suite's
     parameter names when a sibling has as many, its unit from the method's name.  Never dropped: a
     cell at BASE with no counterpart at HEAD is a finding (the gate calls it vanished)."""
-    suite, method = name.rsplit(".", 1)
-    sibling = next((b for b in benchmarks.values() if b.name.rsplit(".", 1)[0] == suite
+    suite = split(name)[0]
+    sibling = next((b for b in benchmarks.values() if split(b.name)[0] == suite
                     and len(b.param_names) == len(param_values)), None)
-    mode = method.removeprefix("track_").removeprefix("time_")
-    unit = "seconds" if mode in MODE_NAMES else "bytes" if method == "track_peak_memory" else ""
+    unit = unit_of(name)
     if sibling is not None:
         return BenchmarkInfo(name, sibling.param_names, unit, None, sibling.param_values)
     return BenchmarkInfo(name, tuple(f"param{i + 1}" for i in range(len(param_values))), unit, None)
@@ -639,8 +638,11 @@ def export_csv(
 ) -> int:
     """Write the tidy CSV of ``load_rows`` to ``out`` (atomically), or to stdout when ``out`` is None or "-".
 
-    Returns the number of rows written.
+    Returns the number of rows written; ResultsError (nothing written) for a folder with no machine.
     """
+    if machine is None and not machines(results_dir):
+        raise ResultsError(f"{results_dir}: no machine with results (no <machine>/machine.json beside a result "
+                           "file): nothing to export")
     rows = load_rows(results_dir, machine=machine, commit=commit)
     if out is None or str(out) == "-":
         sys.stdout.write(csv_text(rows))

@@ -420,15 +420,12 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def _gate_floor() -> str:
-    from relu2.gate import floor_text
-
-    return floor_text()
+    return f"{schema.DEFAULT_FLOOR_S * 1e6:g} µs"
 
 
 def _gate_description() -> str:
     """--help of the gate: constants only (help text never reads or simulates the model)."""
-    from relu2 import noise
-
+    noise = schema
     return ("Judge HEAD against BASE: two commits in a results folder (cross-box: the median of each cell's "
             "rounds), or a compare folder (--compare DIR: base and head measured side by side on one box by "
             "relu2 compare; round i of head against base rounds i-1..i+1). One rule for both: a cell is slower "
@@ -595,7 +592,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
 
-    from relu2.compare import DEFAULT_ROUNDS as COMPARE_ROUNDS, MAX_ROUNDS as COMPARE_MAX  # torch-free
+    COMPARE_ROUNDS, COMPARE_MAX = schema.MIN_ROUNDS, schema.MAX_COMPARE_ROUNDS  # relu2.compare's
 
     p = sub.add_parser("compare", help="measure BASE and HEAD on this machine in interleaved rounds, then judge "
                        "the paired figures", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -638,7 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
     p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
-    from relu2.confirm import CONFIRM_ROUNDS, DEFAULT_ROUNDS  # torch-free
+    DEFAULT_ROUNDS = schema.MIN_ROUNDS  # relu2.confirm's minimum (help builds without importing it)
+    CONFIRM_ROUNDS = 2 * DEFAULT_ROUNDS  # relu2.confirm.CONFIRM_ROUNDS
 
     p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False), default=CONFIRM_ROUNDS,
                    help=f"fresh processes per side, at least {DEFAULT_ROUNDS}: fewer cannot tell a step from the "

@@ -31,7 +31,7 @@ from typing import Sequence
 
 from relu2.schema import DTYPES, MODE_NAMES, OK, Cell, parse_shape
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
-from relu2.verdict import MIN_ROUNDS as DEFAULT_ROUNDS
+from relu2.schema import MIN_ROUNDS as DEFAULT_ROUNDS
 
 # A confirmation measures a few flagged cells, not the suites: twice a compare's rounds cost little.
 CONFIRM_ROUNDS = 2 * DEFAULT_ROUNDS
@@ -119,7 +119,9 @@ def not_cells_in_gate(report: dict) -> list[str]:
 
 def _cell_mode(change: dict) -> str | None:
     """The timing mode of a flagged change of a gate report that is one cell (None: it is not one)."""
-    mode = change["benchmark"].rsplit(".", 1)[-1].removeprefix("track_")
+    from relu2.asv_names import measure_of
+
+    mode = measure_of(change["benchmark"], change.get("unit"))
     return mode if mode in MODE_NAMES and "impl" in change["params"] else None
 
 

@@ -33,7 +33,8 @@ from relu2.gate_report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, forma
 from relu2.machine import is_cpu_machine
 from relu2.noise import NoiseModel
 from relu2.schema import OK
-from relu2.verdict import GATED_MODES, REPICK_BOUND, SUMMARY, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
+from relu2.asv_names import SUMMARY
+from relu2.verdict import GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
     read_remeasurement, spread
 
 UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, not gated"
@@ -428,11 +429,6 @@ def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box
     return model
 
 
-def floor_text() -> str:
-    """The floor, for --help (a constant: help text never reads the model)."""
-    return f"{noise.DEFAULT_FLOOR_S * 1e6:g} µs"
-
-
 def boxes_in(results_dirs: Sequence[str]) -> list[str]:
     """Every recorded box (results folder and machine) in ``results_dirs``."""
     try:
@@ -466,29 +462,29 @@ def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
     """Leave-one-box-out, by the gate's own rule: learn without each box in turn (``held_out``, default
     every box in a cross-box pair), judge every pair that includes it both ways, and count (a) the
     no-change comparisons that fail (any false flag) and (b) per family, mode and band, the share of
-    cases caught when the head's cells are made ``factor`` slower."""
+    cases caught when the head's cells are made ``factor`` slower; each for the pairs of today's
+    methods (rounds) and for all."""
+    named = resolve_boxes(results_dirs, held_out) if held_out else []
     seen, runs, fixed = cross_box_seen(results_dirs)
     boxes = sorted({b for p in seen for b in p.boxes})
-    chosen = resolve_boxes(results_dirs, held_out) if held_out else boxes
-    missing = [b for b in chosen if b not in boxes]
-    if missing:
-        raise GateInputError(f"{', '.join(missing)}: in no pair of two boxes of one folder; nothing to check")
+    chosen = named or boxes
     comparisons: dict[tuple[str, str], dict] = {}
-    groups: dict[tuple, dict] = {}
+    groups: dict[str, dict[tuple, dict]] = {"today": {}, "all": {}}
     for box in chosen:
         model, cases = noise.held_out(seen, box, **fixed)
-        for group, moved, base_s, width, log_ratio, name in cases:
+        for group, moved, base_s, width, log_ratio, name, today in cases:
             rule = Rule(True, math.exp(log_ratio), model.floor_s, width=width)
-            c = comparisons.setdefault((box, name), {"held_out": box, "comparison": name, "gated": 0,
-                                                     "false_flags": 0})
+            c = comparisons.setdefault((box, name), {"held_out": box, "comparison": name, "today": today,
+                                                     "gated": 0, "false_flags": 0})
             c["gated"] += 1
             flagged = _flags(moved, base_s, rule, 1.0)
             c["false_flags"] += flagged
-            g = groups.setdefault(group, {"cases": 0, "false": 0, **{f: 0 for f in factors}})
-            g["cases"] += 1
-            g["false"] += flagged
-            for f in factors:
-                g[f] += _flags(moved, base_s, rule, f)
+            for kind in ("today", "all") if today else ("all",):
+                g = groups[kind].setdefault(group, {"cases": 0, "false": 0, **{f: 0 for f in factors}})
+                g["cases"] += 1
+                g["false"] += flagged
+                for f in factors:
+                    g[f] += _flags(moved, base_s, rule, f)
     return {"comparisons": list(comparisons.values()), "groups": groups, "boxes": chosen, "factors": list(factors)}
 
 
@@ -501,20 +497,23 @@ def _flags(moved: float, base_s: float, rule: Rule, factor: float) -> bool:
 def format_check(check: dict[str, Any]) -> str:
     """``noise_check`` as text: the no-change comparisons, then per family, mode and band the false
     flags and the share of cases caught at each planted slowdown."""
-    comps = check["comparisons"]
-    failing = [c for c in comps if c["false_flags"]]
-    lines = [f"leave-one-box-out over {len(check['boxes'])} boxes: {len(failing)} of {len(comps)} no-change "
-             f"comparisons fail ({sum(c['false_flags'] for c in comps)} false flags in "
-             f"{sum(c['gated'] for c in comps)} gated cells)"]
-    lines += [f"  fails: {c['comparison']} (without {c['held_out']}): {c['false_flags']} false flags"
-              for c in failing]
-    factors = check["factors"]
-    header = ("family", "mode", "band", "cases", "false", *(f"{f:g}x" for f in factors))
-    rows = [header]
-    for g in sorted(check["groups"], key=noise._group_order):
-        v = check["groups"][g]
-        rows.append((*g, str(v["cases"]), str(v["false"]), *(f"{v[f] / v['cases']:.0%}" for f in factors)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines += ["", "caught (share of out-of-sample cases flagged with the head made that much slower):"]
-    lines += ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(len(r))) for r in rows]
-    return "\n".join(lines)
+    lines = []
+    for kind, title in (("today", "pairs of today's methods (rounds)"), ("all", "all pairs (earlier methods too)")):
+        comps = [c for c in check["comparisons"] if c["today"] or kind == "all"]
+        failing = [c for c in comps if c["false_flags"]]
+        lines += ["" if lines else None, f"{title}, each box left out in turn ({len(check['boxes'])} boxes): "
+                  f"{len(failing)} of {len(comps)} no-change comparisons fail "
+                  f"({sum(c['false_flags'] for c in comps)} false flags in {sum(c['gated'] for c in comps)} "
+                  "gated cells)"]
+        lines += [f"  fails: {c['comparison']} (learned without {c['held_out']}): {c['false_flags']} false flags"
+                  for c in failing]
+        factors = check["factors"]
+        header = ("family", "mode", "band", "cases", "false", *(f"{f:g}x" for f in factors))
+        rows = [header]
+        for g in sorted(check["groups"][kind], key=noise._group_order):
+            v = check["groups"][kind][g]
+            rows.append((*g, str(v["cases"]), str(v["false"]), *(f"{v[f] / v['cases']:.0%}" for f in factors)))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines += ["  caught: the share of cases flagged with the head's cell made that much slower"]
+        lines += ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(len(r))).rstrip() for r in rows]
+    return "\n".join(line for line in lines if line is not None)

@@ -44,16 +44,14 @@ from typing import Any, Iterable, Mapping, Sequence
 from relu2.asv_names import SUMMARY, Cell
 from relu2.asv_results import Measurement
 from relu2.machine import UsageError
-from relu2.schema import OK, quantile
-from relu2.schema import only_repicked
+from relu2.schema import (BAND_NAMES, BANDS, BUDGET, DEFAULT_FLOOR_S, KNOWN_L2, LARGEST_BAND, OK, Band,  # noqa: F401
+                          band_of, l2_of, only_repicked, quantile)
 from relu2.verdict import (AUTOTUNED, FAMILY_NAMES, GATED_MODES, REFERENCES, REPICK_BOUND, Figure, Rule, family_of,
                            is_slower, move, pairs, reference_moves)
 
 DEFAULT_MODEL_PATH = Path(__file__).with_name("noise_model.json")
 MODEL_ENV = "RELU2_NOISE_MODEL"  # another model file as the default (a team's own GPUs)
-BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
 DETECTION = 0.90  # "resolution": the slowdown caught in at least this share of out-of-sample cases
-DEFAULT_FLOOR_S = 0.25e-6  # not learned: a slowdown of less than this is nothing anyone can act on
 TAIL_FROM = 0.90  # residuals below this (pair-weighted) quantile are read as recorded; the tail is fitted
 MIN_RATIO = 1.01  # no threshold below 1%: boxes move their references that much as a whole
 MIN_BOUND = 0.03  # a median reference move within 3% is a box's, whatever few pairs showed (boxes: <2%)
@@ -61,46 +59,10 @@ CASES_KEPT = 300  # out-of-sample cases kept per group for the resolution
 CROSS_BOX, SAME_BOX = "cross-box", "same-box"
 KINDS = (CROSS_BOX, SAME_BOX)
 
-# L2 per GPU model (bytes), for machine.json files that predate ``l2_bytes``.  H200: 60 MiB, torch's
-# ``L2_cache_size`` on the lent H200.  H100 SXM and PCIe: 50 MiB (NVIDIA's H100 whitepaper).
-KNOWN_L2: Mapping[str, int] = {"H200": 60 * 2**20, "H100": 50 * 2**20}
-
-
-@dataclass(frozen=True)
-class Band:
-    """Cells whose bytes moved lie in [lo, hi) times the L2."""
-
-    name: str
-    lo: float
-    hi: float
-
-
-BANDS: tuple[Band, ...] = (Band("in L2", 0.0, 1.0), Band("1-4x L2", 1.0, 4.0), Band("> 4x L2", 4.0, math.inf))
-BAND_NAMES: tuple[str, ...] = tuple(b.name for b in BANDS)
-LARGEST_BAND = BANDS[-1]
-
-
-def band_of(bytes_moved: float, l2_bytes: int) -> Band:
-    x = bytes_moved / l2_bytes
-    return next(b for b in BANDS if b.lo <= x < b.hi)
-
-
 def band_of_cell(cell: Cell, l2_bytes: int) -> str:
     """The band a cell is judged in: a summary figure in the largest (a mean is no noisier than its
     cells), any other cell by its bytes."""
     return LARGEST_BAND.name if cell.measure == SUMMARY else band_of(cell.bytes, l2_bytes).name
-
-
-def l2_of(machine: Mapping[str, Any]) -> int | None:
-    """A machine's L2 in bytes: machine.json's ``l2_bytes``, else ``KNOWN_L2`` by GPU name, else None."""
-    recorded = machine.get("l2_bytes")
-    if recorded not in (None, "", "none"):
-        try:
-            return int(recorded)
-        except (TypeError, ValueError):
-            pass
-    gpu = str(machine.get("gpu", ""))
-    return next((size for name, size in KNOWN_L2.items() if name in gpu), None)
 
 
 def group_of(cell: Cell, l2_bytes: int) -> tuple[str, str, str]:
@@ -395,7 +357,7 @@ def observe(a: Run, b: Run, l2_bytes: int, paired: bool) -> list[Observation]:
             and (x.cell.impl in REFERENCES or (x.fingerprint and x.fingerprint == y.fingerprint))
             and x.value and y.value]
     band = lambda cell: band_of_cell(cell, l2_bytes)  # noqa: E731
-    offsets = reference_moves(kept, band, paired)
+    offsets = reference_moves(kept, band, paired, bands=BAND_NAMES)
     out = []
     for x, y in kept:
         group = group_of(x.cell, l2_bytes)
@@ -413,16 +375,20 @@ class PairSeen:
     observations: tuple[Observation, ...]
     offsets: Mapping[tuple[str, str], float]
     repicks: tuple[float, ...] = ()  # |move| of the autotuned cells whose pick alone changed
+    today: bool = False  # its figures are of today's methods (rounds), as the gate judges new runs
 
 
 def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
     kept = [(x, y) for x, y in pairs(a.measurements, b.measurements)
             if y is not None and x.status == OK and y.status == OK and x.version == y.version]
-    offsets = reference_moves(kept, lambda cell: band_of_cell(cell, l2_bytes), paired)
+    offsets = reference_moves(kept, lambda cell: band_of_cell(cell, l2_bytes), paired, bands=BAND_NAMES)
     repicks = tuple(abs(move(Figure.of(x), Figure.of(y), paired)) for x, y in kept
                     if x.cell.measure in GATED_MODES and family_of(x.cell.impl) in AUTOTUNED and x.value and y.value
                     and x.fingerprint and y.fingerprint and only_repicked(x.fingerprint, y.fingerprint))
-    return PairSeen((a.box, b.box), tuple(observe(a, b, l2_bytes, paired)), offsets, repicks)
+    from relu2.schema import mode as mode_named
+
+    today = any(x.version == mode_named(x.cell.measure).asv_version for x, _ in kept if x.cell.measure in GATED_MODES)
+    return PairSeen((a.box, b.box), tuple(observe(a, b, l2_bytes, paired)), offsets, repicks, today)
 
 
 def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, book: WidthBook | None = None,
@@ -496,7 +462,7 @@ def held_out(seen: Sequence[PairSeen], box: str, **kwargs: Any) -> tuple[NoiseMo
             for moved, base_s, name, reverse in ((o.moved, o.base_s, f"{a} -> {b}", False),
                                                  (-o.moved, o.base_s * math.exp(o.moved), f"{b} -> {a}", True)):
                 width = o.width(widths, typical, reverse) if cross else 0.0
-                cases.append((o.group, moved, base_s, width, math.log(ratio), name))
+                cases.append((o.group, moved, base_s, width, math.log(ratio), name, p.today))
     return model, cases
 
 

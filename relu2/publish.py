@@ -42,12 +42,26 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
         conf = Config.load(str(config))
     except Exception as e:  # asv's own UserError or an unreadable file: one line, exit 2
         raise UsageError(f"cannot read the asv configuration {config}: {e}") from None
+    check_results(conf.results_dir)
     for cmd in ([sys.executable, "-m", "asv", "publish", "--config", str(config), *(asv_args or [])],
                 [sys.executable, "-m", "asv_tachyon", "install", conf.html_dir]):
         if subprocess.run(cmd).returncode != 0:
             raise RuntimeError(f"{' '.join(cmd[2:4])} failed (its output is above)")
     reshape(Path(conf.html_dir))
     return Path(conf.html_dir)
+
+
+def check_results(results_dir: str | os.PathLike) -> None:
+    """Every result file read as the gate reads it (ResultsError naming the first that is not one):
+    asv publish skips a truncated or garbage file without a word, and its commit would vanish from
+    the dashboard."""
+    from relu2.asv_results import load_measurements, machines
+
+    if not machines(results_dir):
+        from relu2.asv_results import ResultsError
+
+        raise ResultsError(f"{results_dir}: no machine with results (no <machine>/machine.json beside a result file)")
+    load_measurements(results_dir)
 
 
 def reshape(html: Path) -> None:
@@ -82,9 +96,10 @@ def reshape(html: Path) -> None:
 def _gated(name: str, info: dict[str, Any]) -> bool:
     """Whether ``relu2 gate`` judges the benchmark ``name`` ("bench_relu2.Grid.track_hot(...)") on this
     machine: never a CPU machine's figures, never launch (host wall clock), never a fingerprint."""
-    method = name.split("(", 1)[0].rsplit(".", 1)[-1]
-    what = method.removeprefix("track_")
-    if is_cpu_machine(info) or what == "kernel":
+    from relu2.asv_names import KERNEL, measure_of
+
+    what = measure_of(name)
+    if is_cpu_machine(info) or what == KERNEL:
         return False
     return what != "launch" if what in MODE_NAMES else True  # peak memory, per-implementation summaries
 

@@ -145,6 +145,49 @@ SKIPPED = "skipped"  # not timed: it cannot run here (no CUDA, out of memory)
 STATUSES: tuple[str, ...] = (OK, FAILED, SKIPPED)
 
 
+# --- the gate's vocabulary (relu2.noise, relu2.verdict; here so that --help reads it without them) -----
+
+MIN_ROUNDS = 3  # rounds a side a re-measurement needs: fewer say nothing about the spread between them
+MAX_COMPARE_ROUNDS = 20  # relu2 compare's most rounds a side
+BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
+DEFAULT_FLOOR_S = 0.25e-6  # not learned: a slowdown of less than this is nothing anyone can act on
+# L2 per GPU model (bytes), for machine.json files that predate ``l2_bytes``.  H200: 60 MiB, torch's
+# ``L2_cache_size`` on the lent H200.  H100 SXM and PCIe: 50 MiB (NVIDIA's H100 whitepaper).
+KNOWN_L2: Mapping[str, int] = {"H200": 60 * 2**20, "H100": 50 * 2**20}
+
+
+@dataclass(frozen=True)
+class Band:
+    """Cells whose bytes moved lie in [lo, hi) times the L2: in the L2 a kernel is timed from it (and
+    moves most between boxes), at 1-4x it is partly cached, beyond 4x it streams from DRAM."""
+
+    name: str
+    lo: float
+    hi: float
+
+
+BANDS: tuple[Band, ...] = (Band("in L2", 0.0, 1.0), Band("1-4x L2", 1.0, 4.0), Band("> 4x L2", 4.0, math.inf))
+BAND_NAMES: tuple[str, ...] = tuple(b.name for b in BANDS)
+LARGEST_BAND = BANDS[-1]
+
+
+def band_of(bytes_moved: float, l2_bytes: int) -> Band:
+    x = bytes_moved / l2_bytes
+    return next(b for b in BANDS if b.lo <= x < b.hi)
+
+
+def l2_of(machine: Mapping[str, Any]) -> int | None:
+    """A machine's L2 in bytes: machine.json's ``l2_bytes``, else ``KNOWN_L2`` by GPU name, else None."""
+    recorded = machine.get("l2_bytes")
+    if recorded not in (None, "", "none"):
+        try:
+            return int(recorded)
+        except (TypeError, ValueError):
+            pass
+    gpu = str(machine.get("gpu", ""))
+    return next((size for name, size in KNOWN_L2.items() if name in gpu), None)
+
+
 # --- the grid -------------------------------------------------------------------------------------
 
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16")

@@ -33,14 +33,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from relu2.asv_names import KERNEL, PEAK_MEMORY, SUMMARY, Cell
+from relu2.asv_names import Cell
 from relu2.asv_results import Measurement, ResultsError
-from relu2.schema import BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
+from relu2.schema import BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
 TIMING_MODES: tuple[str, ...] = tuple(m.name for m in MODES)
 PEAK_MEMORY_RATIO = 1.01  # deterministic for identical code: any growth past rounding is real
-MIN_ROUNDS = 3  # a re-measurement needs this many rounds a side
 REFERENCES = (BASELINE, ROOFLINE)  # torch's own kernels: unchanged by any commit, no fingerprint
 MIN_REFERENCES = 5  # reference cells a mode and band needs before its move is taken out
 # Families of implementations whose noise is alike (learned per family, mode and band: relu2.noise).
@@ -143,14 +142,21 @@ class Bound:
 
 
 def reference_moves(pairs: Iterable[tuple[Measurement, Measurement]], band_of: Callable[[Cell], str],
-                    paired: bool = False) -> dict[tuple[str, str], float]:
+                    paired: bool = False, bands: Sequence[str] = ()) -> dict[tuple[str, str], float]:
     """Per (mode, band): the median move of the reference cells among ``pairs`` (ok at both sides),
-    where there are at least MIN_REFERENCES of them."""
+    where there are at least MIN_REFERENCES of them; a band with fewer takes its mode's over every
+    band (a box moves as a whole), when that has enough."""
     logs: dict[tuple[str, str], list[float]] = {}
     for b, h in pairs:
         if b.cell.impl in REFERENCES and b.cell.measure in TIMING_MODES and _positive(b.value) and _positive(h.value):
             logs.setdefault((b.cell.measure, band_of(b.cell)), []).append(move(Figure.of(b), Figure.of(h), paired))
-    return {key: quantile(v, 0.5) for key, v in logs.items() if len(v) >= MIN_REFERENCES}
+    out = {key: quantile(v, 0.5) for key, v in logs.items() if len(v) >= MIN_REFERENCES}
+    for mode in {m for m, _ in logs}:
+        every = [x for (m, _), v in logs.items() if m == mode for x in v]
+        if len(every) >= MIN_REFERENCES:
+            for band in {*bands, *(b for m, b in logs if m == mode)}:
+                out.setdefault((mode, band), quantile(every, 0.5))
+    return out
 
 
 # --- findings -------------------------------------------------------------------------------------
@@ -305,7 +311,8 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
     out.compared = len(comparable)
     rules = {id(b): rule_for(b, 0) for b, _, _ in comparable}
     out.gated = sum(1 for b, _, _ in comparable if rules[id(b)].gated)
-    moves = reference_moves(((b, h) for b, h, _ in comparable), band_of, paired)
+    moves = reference_moves(((b, h) for b, h, _ in comparable), band_of, paired,
+                            bands=sorted({band_of(b.cell) for b, _, _ in comparable}))
     for key, moved in moves.items():
         limit = bounds.get(key, math.inf) if bounds is not None and key[0] in GATED_MODES else math.inf
         if abs(moved) <= limit:

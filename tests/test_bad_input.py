@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -15,6 +16,8 @@ from relu2.timing import MAX_CPU_SETS, cpu_rotation_sets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -179,3 +182,39 @@ def test_a_bug_is_not_unusable_input(monkeypatch, tmp_path):
         cli.main(["plot", str(fx.RESULTS), "--out", str(tmp_path / "plots")])
     assert cli._is_usage_error(relu2.machine.UsageError("bad input"))
     assert not cli._is_usage_error(OSError("a bug")) and not cli._is_usage_error(KeyError("a bug"))
+
+
+# --- issue 31, item 3: a reader never exits 0 for a folder it could not read ---------------------
+
+
+def _garbage(results: Path, how: str) -> Path:
+    path = fx.result_file(results, fx.COMMIT_2)
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2] if how == "truncated" else "not json at all \x00\x01")
+    return path
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage"])
+def test_publish_export_and_gate_refuse_a_broken_result_file(tmp_path, capsys, how):
+    results = fx.copy_results(tmp_path / "results")
+    bad = _garbage(results, how)
+    conf = json.loads((ROOT / "asv.conf.json").read_text())
+    conf.update(results_dir=str(results), html_dir=str(tmp_path / "html"), repo=str(ROOT))
+    (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
+    _refused(["publish", "--config", str(tmp_path / "asv.conf.json")], capsys, bad.name)
+    assert not (tmp_path / "html").exists()  # nothing written
+    _refused(["export", str(results), "--out", str(tmp_path / "x.csv")], capsys, bad.name)
+    assert not (tmp_path / "x.csv").exists()
+    _refused(["gate", fx.COMMIT_1[:8], fx.COMMIT_3[:8], "--results", str(results)], capsys, bad.name)
+
+
+def test_export_of_a_folder_with_no_machine_is_refused(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    shutil.copy(fx.RESULTS / "benchmarks.json", tmp_path / "empty" / "benchmarks.json")
+    _refused(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "x.csv")], capsys, "no machine")
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_noise_check_of_a_box_that_is_not_there_is_refused(capsys):
+    _refused(["noise", "check", str(ROOT / "docs/aa/results"), "--exclude-box", "nosuch"], capsys,
+             "'nosuch' names no box")

@@ -359,3 +359,12 @@ def test_a_cpu_machine_is_reported_not_gated_unless_a_factor_is_given(results):
     assert factored.exit_code == 1 and "a CPU machine" not in factored.format()  # then hot/cold are gated
     fx.edit_cell(results, fx.COMMIT_3, *COLD_EAGER, fail=True)
     assert gate(results, fx.COMMIT_2, fx.COMMIT_3).exit_code == 1  # a failure is a failure on any machine
+
+
+def test_the_readme_says_the_cpu_gate_reports_timings_where_its_command_is():
+    """Issue 31, item 8: the README printed "exit 1 on a regression" under the CPU command, where the
+    gate never fails on timing."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    command = readme.index("relu2 gate main~1 main --results results --machine mybox")
+    after = " ".join(readme[command:command + 600].split())
+    assert "On a CPU machine that last line reports timing changes and does not gate them" in after

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -460,3 +461,77 @@ def test_the_model_learned_does_not_depend_on_the_clone(monkeypatch, tmp_path):
         return [(r.box, r.commit) for r in noise.runs_in(planted)]  # the order pairs take their direction from
 
     assert learned(lambda hs: {h: i for i, h in enumerate(hs)}) == learned(lambda hs: {h: -i for i, h in enumerate(hs)})
+
+
+# --- what moves everything, and what differs beneath ------------------------------------------------
+
+
+def _everything_on_box_b(results: Path, scale_of) -> str:
+    """An A/A of commit 3 on a second box whose cells are scaled by ``scale_of(impl)`` (hot and cold)."""
+    other = fx.copy_machine(results, "box-b").name
+    path = fx.result_file(results, fx.COMMIT_3, other)
+    data = json.loads(path.read_text())
+    columns = data["result_columns"]
+    benchmarks = json.loads((results / "benchmarks.json").read_text())
+    for name, row in data["results"].items():
+        if not name.endswith(("track_hot", "track_cold")):
+            continue
+        names = benchmarks[name]["param_names"]
+        row += [None] * (len(columns) - len(row))
+        import itertools
+
+        for i, combo in enumerate(itertools.product(*row[columns.index("params")])):
+            scale = scale_of(dict(zip(names, combo))["impl"].strip("'"))
+            for column, values in zip(columns, row):
+                if isinstance(values, list) and column != "params" and values[i] is not None:
+                    if column in ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25", "stats_q_75"):
+                        values[i] *= scale
+                    elif column == "samples":
+                        values[i] = [v * scale for v in values[i]]
+    path.write_text(json.dumps(data))
+    return other
+
+
+@pytest.mark.parametrize("scale", [1.10, 1.20])
+def test_a_slowdown_that_moves_everything_fails_instead_of_reading_as_improvements(results, scale):
+    """c8c9b4b: fused, eager and copy all 1.10x or 1.20x slower passed, reported as "improvements" of
+    the rest (each cell divided by the references' move)."""
+    other = _everything_on_box_b(results, lambda impl: scale if impl in ("fused", "eager", "copy") else 1.0)
+    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine=other)
+    assert report.exit_code == 1 and report.stack_moves
+    assert {c.family for c in report.regressions} >= {"references", "fixed kernels"}
+    assert not [c for c in report.improvements if "impl=compile" in c.label]  # the untouched are not "faster"
+    assert "references moved beyond a box" in report.summary()
+    assert any("not taken out" in n for n in report.notes())
+
+
+def test_the_references_alone_moving_is_reported_and_judged(results):
+    """c8c9b4b: the references alone 1.10x slower passed, never mentioned; 0.90x failed with hundreds of
+    false regressions."""
+    slower = _everything_on_box_b(results, lambda impl: 1.10 if impl in ("eager", "copy") else 1.0)
+    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine=slower)
+    assert report.exit_code == 1 and report.stack_moves and report.regressions
+    assert {c.family for c in report.regressions} == {"references"}  # judged as measured: fused did not move
+    shutil.rmtree(results / slower)
+    faster = _everything_on_box_b(results, lambda impl: 0.90 if impl in ("eager", "copy") else 1.0)
+    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine=faster)
+    assert report.stack_moves and not report.regressions and report.exit_code == 0
+
+
+def test_a_box_moving_as_a_box_does_is_still_taken_out(results):
+    other = _everything_on_box_b(results, lambda impl: 1.02)
+    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine=other)
+    assert report.exit_code == 0 and not report.stack_moves and report.offsets
+
+
+def test_a_different_software_stack_is_named(results):
+    """c8c9b4b passed when torch, triton, CUDA or the driver differed between base and head, without a word."""
+    other = fx.copy_machine(results, "box-b")
+    info = json.loads((other / "machine.json").read_text())
+    info.update(torch="2.12.0+cu130", driver="590.1")
+    (other / "machine.json").write_text(json.dumps(info))
+    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine="box-b")
+    named = [n for n in report.notes() if "different software" in n]
+    assert named and "torch n/a -> 2.12.0+cu130" in named[0] and "driver ? -> 590.1" in named[0]
+    assert "triton" not in named[0]  # only what differs
+    assert named[0] in json.loads(report.render("json"))["notes"] and named[0] in report.markdown()
