@@ -681,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
 
-    from relu2.compare import DEFAULT_ROUNDS as COMPARE_ROUNDS, MAX_ROUNDS as COMPARE_MAX  # torch-free
+    COMPARE_ROUNDS, COMPARE_MAX = schema.MIN_ROUNDS, schema.MAX_COMPARE_ROUNDS  # relu2.compare's
 
     p = sub.add_parser("compare", help="measure BASE and HEAD on this machine in interleaved rounds, then judge "
                        "the paired figures", formatter_class=argparse.RawDescriptionHelpFormatter,

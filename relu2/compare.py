@@ -48,16 +48,15 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from relu2.machine import UsageError
-# Three rounds a side: the fewest in which "every head round slower than every base round" happens
-# by chance in only 1 of 20 orderings of identical code.
-from relu2.verdict import MIN_ROUNDS as DEFAULT_ROUNDS
+# A compare's default rounds a side: the fewest a re-measurement needs (relu2.schema.MIN_ROUNDS).
+from relu2.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
+from relu2.schema import MIN_ROUNDS as DEFAULT_ROUNDS
 
 FORMAT = 1
 COMPARE_FILE = "compare.json"
 SIDE_NAMES = ("base", "head")
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
 ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
-MAX_ROUNDS = 20
 
 Say = Callable[[str], None]
 

@@ -148,6 +148,7 @@ STATUSES: tuple[str, ...] = (OK, FAILED, SKIPPED)
 # --- the gate's vocabulary (relu2.noise, relu2.verdict; here so that --help reads it without them) -----
 
 MIN_ROUNDS = 3  # rounds a side a re-measurement needs: fewer say nothing about the spread between them
+MAX_COMPARE_ROUNDS = 20  # relu2 compare's most rounds a side
 BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
 DEFAULT_FLOOR_S = 0.25e-6  # not learned: a slowdown of less than this is nothing anyone can act on
 # L2 per GPU model (bytes), for machine.json files that predate ``l2_bytes``.  H200: 60 MiB, torch's

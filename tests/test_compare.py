@@ -177,3 +177,16 @@ def test_a_kernel_planted_slower_fails_the_compare_naming_only_its_cells(planted
     report = json.loads(run.stdout)
     assert _flagged(report, "hot") == {("planted", "1024"), ("planted", "4096")}, report["regressions"]
     assert json.loads((tmp_path / "ab" / "report.json").read_text())["exit_code"] == 1
+
+
+def test_the_shipped_cpu_same_box_model_is_what_its_command_makes(tmp_path, monkeypatch):
+    from relu2 import noise
+
+    shipped = noise.model_for(noise.load_models(noise.DEFAULT_MODEL_PATH), "none", noise.SAME_BOX)
+    assert shipped is not None, "the CPU same-box model is shipped in relu2/noise_model.json"
+    args = shipped.command.split()
+    assert args[:4] == ["relu2", "noise", "learn", "--same-box"] and args[-2:] == ["--out", "relu2/noise_model.json"]
+    monkeypatch.chdir(ROOT)  # the command is recorded as run from the checkout's root, on docs/aa/compare-cpu
+    assert cli.main([*args[1:-1], str(tmp_path / "m.json")]) == 0
+    again = noise.model_for(noise.load_models(tmp_path / "m.json"), "none", noise.SAME_BOX)
+    assert again.fits == shipped.fits and again.l2_bytes == shipped.l2_bytes
