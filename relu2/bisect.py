@@ -40,13 +40,14 @@ try:  # the gate's vocabulary, torch- and judge-free, so that building --help im
     from relu2.schema import MIN_ROUNDS
 except ImportError:  # before the judging wing moved it there
     from relu2.verdict import MIN_ROUNDS
+from relu2.schema import OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
 
 STATE_FORMAT = 1
 DEFAULT_FACTOR = 1.2  # a step of 1.5x is found on a shared 2-core CPU; a noise model's per-cell ratio is finer
 DEFAULT_BUDGET = 3 * MIN_ROUNDS  # rounds one step may take before its answer is "unknown"
 
 # The answers, as the output and the state file spell them.
-LIKE_GOOD, LIKE_BAD, UNKNOWN, SKIPPED = "like GOOD", "like BAD", "unknown", "skipped"
+LIKE_GOOD, LIKE_BAD, UNKNOWN = "like GOOD", "like BAD", "unknown"
 MOVED, NOT_REPRODUCED = "moved", "not reproduced"
 # What the search says of a cell.
 CULPRIT, RANGE, NOT_MEASURED = "culprit", "range", "not measured"
@@ -512,7 +513,7 @@ def _side(cell: Mapping | None, side: str, commit: str) -> list[float] | str:
     if cell is None:
         return f"not measured at {commit[:10]}"
     status = cell[f"{side}_status"]
-    return list(cell[f"{side}_rounds"]) if status == "ok" else f"{status} at {commit[:10]}"
+    return list(cell[f"{side}_rounds"]) if status == OK else f"{status} at {commit[:10]}"
 
 
 def _unmeasurable(message: str) -> str:
