@@ -308,15 +308,21 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from relu2 import compare
+    from relu2 import compare, lifecycle
 
     out = Path(args.out) if args.out else compare.default_out()
-    try:
-        compare.measure(args.base, args.head, out, repo=args.repo, suites=args.suites, rounds=args.rounds,
-                        machine=args.machine, device=args.device)
-    except RuntimeError as e:  # a round's process died: work not done, not bad input
-        print(f"relu2 compare: {e} (the rounds so far are in {out}, marked incomplete)", file=sys.stderr)
-        return 1
+
+    def saved() -> str:
+        return (f"the rounds so far are in {out} (compare.json: complete false)" if (out / "compare.json").exists()
+                else "nothing was written")
+
+    with lifecycle.guard("relu2 compare", saved):
+        try:
+            compare.measure(args.base, args.head, out, repo=args.repo, suites=args.suites, rounds=args.rounds,
+                            machine=args.machine, device=args.device, require_idle=args.require_idle)
+        except RuntimeError as e:  # a round's process died: work not done, not bad input
+            print(f"relu2 compare: {e} (the rounds so far are in {out}, marked incomplete)", file=sys.stderr)
+            return 1
     if args.measure_only:
         print(f"relu2 compare: measured, not judged (--measure-only): relu2 gate --compare {out}")
         return 0
@@ -706,6 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "markdown", "json"), default="text",
                    help="the verdict's format on stdout (all three are written to DIR/report.*)")
     _add_device(p)
+    _add_require_idle(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("confirm", help="measure flagged cells again, base and head: relu2 compare's rounds on them",

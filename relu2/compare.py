@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from relu2 import quiet
 from relu2.machine import UsageError
 # A compare's default rounds a side: the fewest a re-measurement needs (relu2.schema.MIN_ROUNDS).
 from relu2.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
@@ -308,11 +309,6 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
     out = Measured(b, h, order(rounds), {"base": [], "head": []}, {"base": [], "head": []})
     started = time.perf_counter()
     caches = {name: scratch / f"caches-{name}" for name in SIDE_NAMES}
-    from relu2.machine import contention_warning
-
-    busy = contention_warning(device, {os.getpid()})
-    if busy:  # said, not refused: interleaving spreads a busy box over both sides, the figures say how far
-        say(f"{label}: warning: {busy}")
     for i, name in enumerate(out.order):
         side, r = by_name[name], i // 2 + 1
         caches[name].mkdir(exist_ok=True)
@@ -519,7 +515,8 @@ def _write_json(path: Path, data: dict) -> None:
 
 def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.PathLike | None = None,
             suites: Sequence[str] = (), rounds: int = DEFAULT_ROUNDS, machine: str | None = None,
-            device: str | None = None, cells: Sequence | None = None, say: Say = _stderr) -> Path:
+            device: str | None = None, cells: Sequence | None = None, say: Say = _stderr,
+            require_idle: bool = False) -> Path:
     """Measure the commits ``base`` and ``head`` (git refs of ``repo``, default: the checkout around
     the current folder) on this machine in ``rounds`` interleaved rounds, every cell of ``suites``
     (default: all; ``RELU2_BENCH_QUICK``/``RELU2_BENCH_IMPLS`` narrow them as for asv), and write the
@@ -528,7 +525,8 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     and every other cell of the suites as skipped (n/a).
 
     UsageError (one line, nothing written) for bad input; RuntimeError when a round's process failed
-    (``out`` then holds compare.json with ``complete: false``)."""
+    (``out`` then holds compare.json with ``complete: false``).  ``require_idle``: UsageError, before
+    anything is written, when the machine is not quiet (``relu2.quiet``); else that is said."""
     from asv.machine import Machine
 
     from relu2.machine import git_commit, resolve_device
@@ -544,6 +542,8 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     if suites:
         check_suites(benchmarks, suites)
     device = resolve_device(device)
+    # Said, not refused, unless asked (--require-idle): interleaving spreads a busy box over both sides.
+    quiet.before_measuring("relu2 compare", require_idle, gpu=device == "cuda")
     machine = machine or Machine.get_unique_machine_name()
     info = {"format": FORMAT, "box": box_id(), "machine": machine, "gpu": "", "device": device,
             "base": {"ref": base, "sha": shas["base"]}, "head": {"ref": head, "sha": shas["head"]},
