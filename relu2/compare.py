@@ -52,6 +52,7 @@ from relu2.machine import UsageError
 # A compare's default rounds a side: the fewest a re-measurement needs (relu2.schema.MIN_ROUNDS).
 from relu2.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
 from relu2.schema import MIN_ROUNDS as DEFAULT_ROUNDS
+from relu2.schema import SKIPPED  # also the key under which a commit says why it has no figures
 
 FORMAT = 1
 COMPARE_FILE = "compare.json"
@@ -335,9 +336,9 @@ def merged_cells(paths: Sequence[Path]) -> dict:
     from relu2.rounds import merge
 
     got = [pickle.loads(p.read_bytes()) for p in paths]
-    skipped = next((g["skipped"] for g in got if g.get("skipped")), "")
+    skipped = next((g[SKIPPED] for g in got if g.get(SKIPPED)), "")
     if skipped:
-        return {"device": got[0]["device"], "cells": {}, "skipped": skipped}
+        return {"device": got[0]["device"], "cells": {}, SKIPPED: skipped}
     per_cell: dict = {}
     for g in got:
         for result in g["results"]:
@@ -368,7 +369,7 @@ def _round(request: dict) -> int:
     device = request["device"]
     skipped = bench._predates_interface()
     if skipped:
-        data = {"device": device, "skipped": skipped}
+        data = {"device": device, SKIPPED: skipped}
     else:
         if request["cells"] is None:
             plan = bench.measuring_plan(device)
@@ -435,7 +436,7 @@ def _record(request: dict) -> int:
         (folder / request["machine"]).mkdir(exist_ok=True)
         util.write_json(str(folder / request["machine"] / "machine.json"), machine, api_version=Machine.api_version)
         results.save(str(folder))
-    print(json.dumps({"gpu": machine.get("gpu", ""), "cells": len(cache["cells"]), "skipped": cache.get("skipped", "")}))
+    print(json.dumps({"gpu": machine.get("gpu", ""), "cells": len(cache["cells"]), SKIPPED: cache.get(SKIPPED, "")}))
     return 0
 
 
