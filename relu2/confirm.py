@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from relu2.schema import DTYPES, MODE_NAMES, OK, Cell, parse_shape
+from relu2.schema import DTYPES, MODE_NAMES, OK, SKIPPED, Cell, parse_shape
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
 from relu2.schema import MIN_ROUNDS as DEFAULT_ROUNDS
 
@@ -179,7 +179,7 @@ def _take_round(results: dict[tuple, Confirmed], side: str, got: dict) -> None:
             getattr(entry, f"{side}_rounds").append(outcome.median_s)
         else:  # the reason stays; the other rounds' figures still count
             setattr(entry, f"{side}_status", (outcome.reason or outcome.status) if outcome else
-                    got.get("skipped") or "not measured")
+                    got.get(SKIPPED) or "not measured")
 
 
 def not_measured(report: dict) -> list[str]:
