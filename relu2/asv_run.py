@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from relu2.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION
+from relu2.machine import environ
 from relu2.results import atomic_write_text
 
 
@@ -174,7 +175,6 @@ def prepare(argv: Sequence[str], require_idle: bool = False) -> tuple[str, dict[
         print(f"relu2 asv: warning: {narrowing()} narrows the suites' parameters, and asv publish draws only the "
               "parameters benchmarks.json lists, for every machine of the results folder: give this run a "
               "results folder of its own", file=sys.stderr)
-    os.environ.setdefault(ENV_TORCH_SITE, torch_site())
     from asv.machine import Machine
 
     # Recorded once the input is good, with whether the machine was quiet.
@@ -231,16 +231,11 @@ def instrument() -> Iterator[Path]:
 
     source = Path(relu2.__file__).resolve().parent
     root = Path(tempfile.mkdtemp(prefix="relu2-instrument-"))
-    saved = os.environ.get(ENV_INSTRUMENT)
     try:
         shutil.copytree(source, root / "relu2", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        os.environ[ENV_INSTRUMENT] = str(root)
-        yield root
+        with environ({ENV_INSTRUMENT: str(root)}):
+            yield root
     finally:
-        if saved is None:
-            os.environ.pop(ENV_INSTRUMENT, None)
-        else:
-            os.environ[ENV_INSTRUMENT] = saved
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -560,13 +555,13 @@ def _measure(argv: list[str], machine: str, machine_keys: dict[str, str]) -> int
     since = time.time() - 1
     lifecycle.say_saved(lambda: saved_results(Path(conf.results_dir), machine, since))
     measured = _measured(json.loads(Path(config).read_text(encoding="utf-8")))
-    os.environ[ENV_MEASURED] = measured
     skipped: list[Unmeasured] = []
     declared: set[str] = set()
-    with tempfile.TemporaryDirectory(prefix="relu2-asv-") as scratch, instrument():
+    with tempfile.TemporaryDirectory(prefix="relu2-asv-") as scratch, instrument(), \
+            environ({ENV_MEASURED: measured, ENV_LOG: str(Path(scratch) / "suite.log"),
+                     ENV_TORCH_SITE: os.environ.get(ENV_TORCH_SITE) or torch_site()}):
         log = Path(scratch) / "suite.log"
         log.touch()
-        os.environ[ENV_LOG] = str(log)
         if argv[0] == "run" and _option(argv, "--set-commit-hash") is None:
             argv, skipped, declared = _only_measurable(argv, conf, Path(scratch) / "commits.txt")  # UsageError first
             if skipped:

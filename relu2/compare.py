@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from relu2 import quiet
-from relu2.machine import UsageError
+from relu2.machine import UsageError, environ
 # A compare's default rounds a side: the fewest a re-measurement needs (relu2.schema.MIN_ROUNDS).
 from relu2.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
 from relu2.schema import MIN_ROUNDS as DEFAULT_ROUNDS
@@ -195,18 +195,11 @@ def check_suites(benchmarks: Path, suites: Sequence[str]) -> None:
     """UsageError naming a suite ``benchmarks/bench_relu2.py`` does not have."""
     from relu2.asv_run import check_suite_environment
 
-    saved = os.environ.get("RELU2_BENCH_SUITES")
-    os.environ["RELU2_BENCH_SUITES"] = ",".join(suites)
-    try:
-        config = benchmarks.parent / "asv.conf.json"
-        if not config.is_file():
-            raise UsageError(f"{config}: not found (the suites are this checkout's benchmarks/)")
+    config = benchmarks.parent / "asv.conf.json"
+    if not config.is_file():
+        raise UsageError(f"{config}: not found (the suites are this checkout's benchmarks/)")
+    with environ({"RELU2_BENCH_SUITES": ",".join(suites)}):
         check_suite_environment(str(config))
-    finally:
-        if saved is None:
-            os.environ.pop("RELU2_BENCH_SUITES")
-        else:
-            os.environ["RELU2_BENCH_SUITES"] = saved
 
 
 # --- the sides ----------------------------------------------------------------------------------------
@@ -554,7 +547,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             "instrument": git_commit(Path(__file__).resolve().parent.parent) or "", "started_at": _now(),
             "finished_at": None, "complete": False}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
-    with tempfile.TemporaryDirectory(prefix="relu2-compare-") as tmp, _environ(env_suites):
+    with tempfile.TemporaryDirectory(prefix="relu2-compare-") as tmp, environ(env_suites):
         scratch = Path(tmp)
         info["suites"] = suite_names(benchmarks)
         with ruler(scratch) as r, sides(root, shas["base"], shas["head"], scratch, say) as (b, h):
@@ -576,20 +569,6 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     say(f"relu2 compare: wrote {folder} (base {shas['base'][:8]}, head {shas['head'][:8]}, {rounds} rounds, "
         f"order {' '.join(s[0].upper() for s in info['order'])})")
     return folder
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def default_out() -> Path:

@@ -7,15 +7,32 @@ torch is imported inside the functions that need it: this module is on ``relu2 -
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 _DRIVER_FILE = Path("/proc/driver/nvidia/version")
+
+
+@contextlib.contextmanager
+def environ(values: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set for the block and restored after: a command run in-process
+    (tests, a library caller) leaves no variable of its run behind for the next one to inherit."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # --- the device -----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ Tests that need a GPU use ``@requires_cuda`` (``from conftest import requires_cu
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Iterator
@@ -20,6 +21,29 @@ if str(ROOT) not in sys.path:
 
 HAS_CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str], *expected: str) -> str:
+    """Run the CLI in-process (argparse errors exit by SystemExit, ours by return): expect exit 2, the
+    ``expected`` texts in its last line, and no ``RELU2_`` variable changed (a refused run leaves none of
+    its own behind for the next command in the same process; torch's imports set their own)."""
+    from relu2 import cli
+
+    def ours() -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k.startswith("RELU2_")}
+
+    before = ours()
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert ours() == before, sorted(set(ours().items()) ^ set(before.items()))
+    last = err.splitlines()[-1]
+    for text in expected:
+        assert text in last, last
+    return last
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -16,42 +16,29 @@ from relu2.timing import MAX_CPU_SETS, cpu_rotation_sets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
+from conftest import refused  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
 NO_GPU = not torch.cuda.is_available()
 
 
-def _refused(argv: list[str], capsys, *expected: str) -> str:
-    """Run the CLI (argparse errors exit by SystemExit, ours by return); expect exit 2 and one line."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    last = err.splitlines()[-1]
-    for text in expected:
-        assert text in last, last
-    return last
-
-
 @pytest.mark.parametrize("token", ["0", "-5", "2^99", "2^-1", "1.5", "0x10", "4Q"])
 def test_a_bad_size_is_named_with_the_forms_accepted(token, tmp_path, capsys):
     out = tmp_path / "out"
-    line = _refused(["sweep", "--sizes", f"2^10,{token}", "--out", str(out)], capsys, repr(token))
+    line = refused(["sweep", "--sizes", f"2^10,{token}", "--out", str(out)], capsys, repr(token))
     assert "2^20" in line or "2^40" in line
     assert not out.exists()
 
 
-def test_no_sizes_at_all_is_refused(tmp_path, capsys):
-    _refused(["sweep", "--sizes", ",", "--out", str(tmp_path / "out")], capsys, "no sizes")
+def test_no_sizes_at_all_isrefused(tmp_path, capsys):
+    refused(["sweep", "--sizes", ",", "--out", str(tmp_path / "out")], capsys, "no sizes")
     assert not (tmp_path / "out").exists()
 
 
 def test_a_size_that_cannot_fit_is_refused_before_anything_runs(tmp_path, capsys):
     out = tmp_path / "out"
-    _refused(["sweep", "--device", "cpu", "--sizes", "2^39", "--impl", "eager", "--out", str(out)], capsys,
+    refused(["sweep", "--device", "cpu", "--sizes", "2^39", "--impl", "eager", "--out", str(out)], capsys,
              "549755813888 elements", "needs about")
     assert not out.exists()
 
@@ -70,12 +57,12 @@ def test_tiny_sizes_run_and_the_cpu_cold_rotation_is_bounded(tmp_path):
 @pytest.mark.parametrize("command", ["check", "info", "sweep"])
 def test_cuda_asked_for_without_a_gpu(command, tmp_path, capsys):
     argv = [command, "--device", "cuda"] + (["--out", str(tmp_path / "out")] if command == "sweep" else [])
-    _refused(argv, capsys, "--device cuda", "torch.cuda.is_available() is False")
+    refused(argv, capsys, "--device cuda", "torch.cuda.is_available() is False")
     assert not (tmp_path / "out").exists()
 
 
 def test_the_copy_reference_is_not_relu2(capsys):
-    _refused(["check", "--impl", "copy"], capsys, "copy is a reference, not relu²")
+    refused(["check", "--impl", "copy"], capsys, "copy is a reference, not relu²")
     with pytest.raises(ValueError, match="reference"):
         relu2.relu_squared(torch.ones(4), impl="copy")
     with pytest.raises(ValueError, match="reference"):
@@ -85,8 +72,8 @@ def test_the_copy_reference_is_not_relu2(capsys):
 def test_an_implementation_named_that_cannot_run_here(capsys, tmp_path):
     if not NO_GPU:
         pytest.skip("triton runs here")
-    _refused(["check", "--impl", "triton", "--device", "cpu"], capsys, "cannot run here", "triton")
-    _refused(["sweep", "--impl", "triton", "--device", "cpu", "--sizes", "2^10", "--no-progress",
+    refused(["check", "--impl", "triton", "--device", "cpu"], capsys, "cannot run here", "triton")
+    refused(["sweep", "--impl", "triton", "--device", "cpu", "--sizes", "2^10", "--no-progress",
               "--out", str(tmp_path / "out")], capsys, "cannot run here", "triton")
     assert not (tmp_path / "out" / "sweep.csv").exists()
 
@@ -98,10 +85,10 @@ def test_check_agreement_names_a_bad_input(x, what):
         relu2.check_agreement("eager", x)
 
 
-def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path, capsys):
+def test_a_second_sweep_into_the_same_folder_isrefused(tmp_path, capsys):
     out = tmp_path / "out"
     with sweep.locked(out, "relu2 sweep (the first)"):
-        _refused(["sweep", "--device", "cpu", "--impl", "eager", "--sizes", "2^10", "--no-progress",
+        refused(["sweep", "--device", "cpu", "--impl", "eager", "--sizes", "2^10", "--no-progress",
                   "--out", str(out)], capsys, "is in use by pid", "relu2 sweep (the first)")
     assert sorted(p.name for p in out.iterdir()) == []  # the lock file goes with its holder
 
@@ -115,14 +102,14 @@ def test_a_machine_folder_without_results_is_no_machine(tmp_path, capsys):
 
 
 def test_an_unwritable_output_is_named_not_its_temporary_file(tmp_path, capsys):
-    line = _refused(["export", str(fx.RESULTS), "--out", "/proc/relu2-export.csv"], capsys, "/proc/relu2-export.csv")
+    line = refused(["export", str(fx.RESULTS), "--out", "/proc/relu2-export.csv"], capsys, "/proc/relu2-export.csv")
     assert ".tmp" not in line
 
 
 def test_binary_garbage_given_to_plot_is_named(tmp_path, capsys):
     garbage = tmp_path / "garbage.csv"
     garbage.write_bytes(bytes(range(256)) * 16)
-    _refused(["plot", str(garbage), "--out", str(tmp_path / "plots")], capsys, str(garbage))
+    refused(["plot", str(garbage), "--out", str(tmp_path / "plots")], capsys, str(garbage))
     assert not (tmp_path / "plots").exists()
 
 
@@ -133,22 +120,22 @@ def test_binary_garbage_given_to_plot_is_named(tmp_path, capsys):
                                            ("--timeout", "inf"), ("--samples", "0")])
 def test_a_number_that_times_nothing_is_refused_when_parsed(option, value, tmp_path, capsys):
     out = tmp_path / "o1"
-    _refused(["sweep", "--device", "cpu", "--impl", "eager", option, value, "--out", str(out)], capsys,
+    refused(["sweep", "--device", "cpu", "--impl", "eager", option, value, "--out", str(out)], capsys,
              option, repr(value))
     assert not out.exists()
 
 
 @pytest.mark.parametrize("command", [["sweep", "--device", "cpu"], ["plot", str(fx.RESULTS)]])
-def test_an_empty_output_folder_is_refused(command, tmp_path, capsys, monkeypatch):
+def test_an_empty_output_folder_isrefused(command, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _refused([*command, "--out", ""], capsys, "--out", "''")
+    refused([*command, "--out", ""], capsys, "--out", "''")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_refused_sweep_leaves_nothing_and_a_finished_one_no_lock(tmp_path, capsys):
     out = tmp_path / "o1"
     if NO_GPU:  # refused after the workers report: still nothing written
-        _refused(["sweep", "--impl", "triton", "--device", "cpu", "--sizes", "2^10", "--no-progress",
+        refused(["sweep", "--impl", "triton", "--device", "cpu", "--sizes", "2^10", "--no-progress",
                   "--out", str(out)], capsys, "cannot run here", "triton")
         assert not out.exists()
     assert cli.main(["sweep", "--device", "cpu", "--impl", "eager", "--dtype", "float32", "--sizes", "2^10",
@@ -161,13 +148,13 @@ def test_a_refused_sweep_leaves_nothing_and_a_finished_one_no_lock(tmp_path, cap
 def test_a_bad_relu2_timeout_is_refused_by_sweep(value, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RELU2_TIMEOUT", value)
     out = tmp_path / "o1"
-    _refused(["sweep", "--device", "cpu", "--impl", "eager", "--sizes", "2^10", "--no-progress", "--out", str(out)],
+    refused(["sweep", "--device", "cpu", "--impl", "eager", "--sizes", "2^10", "--no-progress", "--out", str(out)],
              capsys, f"RELU2_TIMEOUT={value!r}")
     assert not out.exists()
 
 
 def test_the_gate_echoes_a_bad_floor_as_typed(capsys):
-    _refused(["gate", fx.COMMIT_2[:8], fx.COMMIT_3[:8], "--results", str(fx.RESULTS), "--floor-us", "-5"], capsys,
+    refused(["gate", fx.COMMIT_2[:8], fx.COMMIT_3[:8], "--results", str(fx.RESULTS), "--floor-us", "-5"], capsys,
              "--floor-us", "'-5'")
 
 
@@ -187,17 +174,17 @@ def test_a_bug_is_not_unusable_input(monkeypatch, tmp_path):
 # --- issue 31: tracebacks for bad input become one line ---------------------------------------------
 
 
-def test_plot_into_a_file_is_refused(tmp_path, capsys):
+def test_plot_into_a_file_isrefused(tmp_path, capsys):
     results = fx.copy_results(tmp_path / "results")
     target = tmp_path / "a-file"
     target.write_text("kept\n")
     for out in (target, target / "below"):
-        _refused(["plot", str(results), "--out", str(out)], capsys, "cannot make the folder", str(out))
+        refused(["plot", str(results), "--out", str(out)], capsys, "cannot make the folder", str(out))
     assert target.read_text() == "kept\n"
 
 
-def test_inspect_of_an_input_the_device_cannot_hold_is_refused(capsys):
-    _refused(["inspect", "eager", "--shape", "1048576x1048576", "--device", "cpu"], capsys,
+def test_inspect_of_an_input_the_device_cannot_hold_isrefused(capsys):
+    refused(["inspect", "eager", "--shape", "1048576x1048576", "--device", "cpu"], capsys,
              "1048576x1048576", "needs about")
 
 
@@ -210,10 +197,10 @@ def _asv_config(tmp_path: Path, results: Path) -> Path:
 
 def test_publish_without_results_or_with_an_option_asv_refuses_is_one_line(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    _refused(["publish", "--config", str(_asv_config(tmp_path, tmp_path / "empty"))], capsys,
+    refused(["publish", "--config", str(_asv_config(tmp_path, tmp_path / "empty"))], capsys,
              "nothing to publish", "benchmarks.json")
     conf = _asv_config(tmp_path, fx.copy_results(tmp_path / "results"))
-    _refused(["publish", "--config", str(conf), "--", "--bogus-option"], capsys,
+    refused(["publish", "--config", str(conf), "--", "--bogus-option"], capsys,
              "asv publish failed", "--bogus-option")
     assert not (tmp_path / "html").exists()
 
@@ -221,7 +208,7 @@ def test_publish_without_results_or_with_an_option_asv_refuses_is_one_line(tmp_p
 def test_asv_run_of_a_bad_ref_is_one_line_and_records_no_machine(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # asv's machine file is ~/.asv-machine.json
     monkeypatch.chdir(fx.FIXTURE_DIR.parents[1])
-    _refused(["asv", "run", "--machine", "nosuchbox", "no-such-ref..HEAD"], capsys,
+    refused(["asv", "run", "--machine", "nosuchbox", "no-such-ref..HEAD"], capsys,
              "'no-such-ref..HEAD' is not a range of commits", "bad revision")
     assert "rev-list" not in capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []
@@ -244,20 +231,20 @@ def test_publish_export_and_gate_refuse_a_broken_result_file(tmp_path, capsys, h
     conf = json.loads((ROOT / "asv.conf.json").read_text())
     conf.update(results_dir=str(results), html_dir=str(tmp_path / "html"), repo=str(ROOT))
     (tmp_path / "asv.conf.json").write_text(json.dumps(conf))
-    _refused(["publish", "--config", str(tmp_path / "asv.conf.json")], capsys, bad.name)
+    refused(["publish", "--config", str(tmp_path / "asv.conf.json")], capsys, bad.name)
     assert not (tmp_path / "html").exists()  # nothing written
-    _refused(["export", str(results), "--out", str(tmp_path / "x.csv")], capsys, bad.name)
+    refused(["export", str(results), "--out", str(tmp_path / "x.csv")], capsys, bad.name)
     assert not (tmp_path / "x.csv").exists()
-    _refused(["gate", fx.COMMIT_1[:8], fx.COMMIT_3[:8], "--results", str(results)], capsys, bad.name)
+    refused(["gate", fx.COMMIT_1[:8], fx.COMMIT_3[:8], "--results", str(results)], capsys, bad.name)
 
 
-def test_export_of_a_folder_with_no_machine_is_refused(tmp_path, capsys):
+def test_export_of_a_folder_with_no_machine_isrefused(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     shutil.copy(fx.RESULTS / "benchmarks.json", tmp_path / "empty" / "benchmarks.json")
-    _refused(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "x.csv")], capsys, "no machine")
+    refused(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "x.csv")], capsys, "no machine")
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_noise_check_of_a_box_that_is_not_there_is_refused(capsys):
-    _refused(["noise", "check", str(ROOT / "docs/aa/results"), "--exclude-box", "nosuch"], capsys,
+def test_noise_check_of_a_box_that_is_not_there_isrefused(capsys):
+    refused(["noise", "check", str(ROOT / "docs/aa/results"), "--exclude-box", "nosuch"], capsys,
              "'nosuch' names no box")

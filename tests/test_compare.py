@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HAS_CUDA, ROOT
+from conftest import HAS_CUDA, ROOT, refused
 from relu2 import cli, compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
@@ -40,49 +40,36 @@ def _flagged(report: dict, mode: str) -> set[tuple[str, str]]:
             if c["benchmark"].endswith(f"track_{mode}")}
 
 
-def _refused(argv: list[str], capsys, *expected: str) -> str:
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    last = err.splitlines()[-1]
-    for text in expected:
-        assert text in last, last
-    return last
-
-
 def test_rounds_alternate_abba():
     assert compare.order(1) == ["base", "head"]
     assert compare.order(4) == ["base", "head", "head", "base", "base", "head", "head", "base"]
 
 
 def test_a_bad_ref_is_one_line_not_gits_usage_text(tmp_path, capsys):
-    line = _refused(["compare", "nosuch-ref", "HEAD", "--out", str(tmp_path / "c")], capsys, "'nosuch-ref'",
+    line = refused(["compare", "nosuch-ref", "HEAD", "--out", str(tmp_path / "c")], capsys, "'nosuch-ref'",
                     "names no commit")
     assert "git <command>" not in line and not (tmp_path / "c").exists()
-    _refused(["compare", "HEAD", "--bogus", "--out", str(tmp_path / "c")], capsys)
+    refused(["compare", "HEAD", "--bogus", "--out", str(tmp_path / "c")], capsys)
 
 
 def test_the_out_folder_is_checked_before_anything_is_built(tmp_path, capsys):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
-    _refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "full")], capsys, "not empty")
+    refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "full")], capsys, "not empty")
     (tmp_path / "file").write_text("")
-    _refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "file")], capsys, "not a folder")
-    _refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "no" / "such")], capsys, "no folder")
-    _refused(["compare", "HEAD", "HEAD", "--suites", "Nosuch", "--out", str(tmp_path / "c")], capsys, "Nosuch")
+    refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "file")], capsys, "not a folder")
+    refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "no" / "such")], capsys, "no folder")
+    refused(["compare", "HEAD", "HEAD", "--suites", "Nosuch", "--out", str(tmp_path / "c")], capsys, "Nosuch")
     assert not (tmp_path / "c").exists()
 
 
-def test_an_instrument_named_from_outside_that_is_none_is_refused(tmp_path, capsys, monkeypatch):
+def test_an_instrument_named_from_outside_that_is_none_isrefused(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("RELU2_INSTRUMENT", str(tmp_path / "nonexistent"))
-    _refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "c")], capsys, "RELU2_INSTRUMENT")
-    _refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot"], capsys, "RELU2_INSTRUMENT")
+    refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "c")], capsys, "RELU2_INSTRUMENT")
+    refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot"], capsys, "RELU2_INSTRUMENT")
 
 
-def test_a_measured_distribution_neither_side_builds_is_refused(monkeypatch):
+def test_a_measured_distribution_neither_side_builds_isrefused(monkeypatch):
     from relu2.machine import UsageError
 
     monkeypatch.setenv("RELU2_MEASURED", "nosuch-dist")
@@ -97,16 +84,16 @@ def test_a_measured_distribution_neither_side_builds_is_refused(monkeypatch):
 def test_confirm_refuses_a_report_with_nothing_to_measure(report, expected, tmp_path, capsys):
     path = tmp_path / "gate.json"
     path.write_text(json.dumps(report))
-    _refused(["confirm", "HEAD", "HEAD", "--from-gate", str(path), "--out", str(tmp_path / "c.json")], capsys, expected)
-    _refused(["confirm", "HEAD", "HEAD"], capsys, "nothing to re-measure")
+    refused(["confirm", "HEAD", "HEAD", "--from-gate", str(path), "--out", str(tmp_path / "c.json")], capsys, expected)
+    refused(["confirm", "HEAD", "HEAD"], capsys, "nothing to re-measure")
     assert not (tmp_path / "c.json").exists()
 
 
 def test_confirm_refuses_a_dtype_it_does_not_time_and_a_bad_out_before_measuring(tmp_path, capsys):
-    _refused(["confirm", "HEAD", "HEAD", "--cell", "fused:float64:1024:hot"], capsys, "float64")
-    _refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot", "--out", str(tmp_path / "no" / "c.json")],
+    refused(["confirm", "HEAD", "HEAD", "--cell", "fused:float64:1024:hot"], capsys, "float64")
+    refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot", "--out", str(tmp_path / "no" / "c.json")],
              capsys, "no folder")
-    _refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot", "--out", str(tmp_path)], capsys,
+    refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot", "--out", str(tmp_path)], capsys,
              "is a folder")
 
 
@@ -116,7 +103,7 @@ def test_confirm_refuses_a_dtype_it_does_not_time_and_a_bad_out_before_measuring
                                                          marks=pytest.mark.skipif(HAS_CUDA, reason="CPU only"))])
 def test_confirm_refuses_a_cell_no_side_can_measure_before_any_round(cell, expected, tmp_path, capsys):
     out = tmp_path / "c.json"
-    line = _refused(["confirm", "HEAD", "HEAD", "--cell", cell, "--device", "cpu", "--out", str(out)], capsys,
+    line = refused(["confirm", "HEAD", "HEAD", "--cell", cell, "--device", "cpu", "--out", str(out)], capsys,
                     expected)
     assert "round" not in capsys.readouterr().err and not out.exists(), line
 

@@ -332,7 +332,7 @@ def test_the_shipped_model_is_what_its_command_makes(tmp_path, monkeypatch):
 
 
 def test_thresholds_tighten_with_fewer_gated_cells():
-    model = noise.load_models(noise.DEFAULT_MODEL_PATH)[0]
+    model = noise.model_for(noise.load_models(noise.DEFAULT_MODEL_PATH), "NVIDIA H200", noise.CROSS_BOX)
     key = ("fixed kernels", "hot", "> 4x L2")
     assert model.ratio(key, 100) < model.ratio(key, 3000)
 
@@ -368,7 +368,7 @@ def test_a_repick_is_exempt_only_where_autotuning_picks_and_only_so_far():
     far = compare(run(100e-6, "aaaaaa111111", "compile_dim0"), run(1e-3, "aaaaaa222222", "compile_dim0"), ANY,
                   repick_bound=2.5)
     assert len(far.regressions) == 1 and "beyond" in far.regressions[0].why and not far.repicked
-    shipped = noise.load_models(noise.DEFAULT_MODEL_PATH)[0]
+    shipped = noise.model_for(noise.load_models(noise.DEFAULT_MODEL_PATH), "NVIDIA H200", noise.CROSS_BOX)
     assert 1.5 <= shipped.repick_bound < 10  # learned from what recorded picks moved, bounded
 
 
