@@ -378,7 +378,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from relu2 import bisect, confirm, machine
+    from relu2 import bisect, confirm, lifecycle, machine
 
     targets = list(args.cell)
     if args.from_gate:
@@ -396,9 +396,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if repo is None:
         return _fail("bisect", f"{where}: not a git checkout (name the repository with --repo)")
     progress = None if args.no_progress else (lambda line: print(line, file=sys.stderr, flush=True))
-    report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
-                        state=Path(args.state) if args.state else None, device=machine.resolve_device(args.device),
-                        progress=progress)
+    # Its worktrees, builds and rounds end with it on Ctrl-C; the steps measured are in the state file.
+    with lifecycle.guard("relu2 bisect", lambda: "the steps measured so far are kept in its state file: the same "
+                                                 "command resumes"):
+        report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
+                            state=Path(args.state) if args.state else None,
+                            device=machine.resolve_device(args.device), progress=progress)
     if args.format == "json":
         print(json.dumps(report.as_json(), indent=2, allow_nan=False))
     else:

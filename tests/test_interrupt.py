@@ -287,6 +287,19 @@ def test_an_interrupted_confirm_ends_every_process_it_started(project, tmp_path,
         assert git(project, "worktree", "list").count("\n") == 0  # the sides' worktrees are gone
 
 
+# --- relu2 bisect ---------------------------------------------------------------------------------------
+
+
+def test_an_interrupted_bisect_ends_every_process_it_started(project, tmp_path, launch):
+    state = tmp_path / "state.json"
+    run = launch([sys.executable, "-m", "relu2", "bisect", "HEAD~1", "HEAD", "--repo", str(project), "--device", "cpu",
+                  "--cell", "eager:float32:1024:hot", "--state", str(state)], project,
+                 RELU2_CACHE_DIR=str(tmp_path / "kernel-cache"))
+    run.wait_for(WORKERS, "workers")
+    _check_stopped(run, signal.SIGINT, "relu2 bisect")
+    assert git(project, "worktree", "list").count("\n") == 0  # the probes' worktrees are gone
+
+
 # --- a worker whose parent is killed -------------------------------------------------------------------
 
 
