@@ -19,13 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import make_fixture  # noqa: E402
 
 QUICK = {"RELU2_BENCH_QUICK": "1", "RELU2_BENCH_IMPLS": f"{make_fixture.PLANTED_IMPL},eager,copy"}
-# The rule these tests state: 6 rounds and a factor (the CPU's same-box model, learned on a shared
-# 2-core box, is wider than the planted 1.5x on these microsecond cells: docs/results.md).  On a shared
-# CPU, cold (inputs rotated through more than 4x the last-level cache) times the memory traffic of
-# every process on the box: with five other sessions on these 2 cores an A/A moved copy's cold 1.78x
-# over 6 paired rounds while no hot cell moved 1.25x.  So the verdict is asserted on hot, where a
-# slowdown of the kernel itself shows; the cold cells are measured and judged, not asserted.
-RULE = ("--rounds", "6", "--factor", "1.25")
+# What these tests can ask of a 2-core VM.  There a process runs all its code at one of two speeds,
+# about 2x apart, for its whole life (the same cell 3.8 or 7.5-9.3 µs by process, eager and copy alike:
+# docs/results.md), and each implementation is measured in a process of its own, so at three rounds an
+# A/A of these microsecond cells moves up to 1.9x.  Resampling the 25 quiet A/As of
+# docs/aa/compare-cpu-quiet to 12 rounds: 3.1% of identical cells move beyond 1.25x; to 20 rounds:
+# 0.03% beyond 1.4x, while a cell 1.5x slower is beyond 1.4x in 80% of cases.  So: the A/A in 12
+# rounds, judged by the shipped same-box model (the rule the A/A count is about), and the planted
+# compare in 20 rounds at a factor of 1.4, where it must fail naming only planted's cells.
+AA_RULE = ("--rounds", "12")
+PLANTED_RULE = ("--rounds", "20", "--factor", "1.4")
 
 
 # A timing A/A on a CPU that other work oversubscribes measures the other work (here: five sessions on
@@ -135,20 +138,20 @@ def planted(tmp_path_factory) -> tuple[Path, str, str]:
 def test_an_aa_compare_writes_the_layout_and_flags_no_kernel(planted, tmp_path):
     repo, base, _ = planted
     out = tmp_path / "aa"
-    run = _compare(repo, base, base, out, *RULE, "--format", "json")
+    run = _compare(repo, base, base, out, *AA_RULE, "--format", "json")
     assert run.returncode in (0, 1), run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(run.stdout)
     assert report["exit_code"] == run.returncode and (run.returncode == 1) == bool(report["regressions"])
-    assert not _flagged(report, "hot"), report["regressions"]  # identical code: no kernel got slower
+    assert report["noise_model"] and not report["regressions"], report["regressions"]  # identical code
     info = json.loads((out / "compare.json").read_text())
-    assert (info["format"], info["rounds"], info["complete"], info["machine"]) == (1, 6, True, "ci")
+    assert (info["format"], info["rounds"], info["complete"], info["machine"]) == (1, 12, True, "ci")
     assert info["base"]["sha"] == info["head"]["sha"] == base and info["box"]
-    assert info["order"] == compare.order(6) and info["suites"] == ["Grid"]
+    assert info["order"] == compare.order(12) and info["suites"] == ["Grid"]
     for side in ("base", "head"):
         records = _records(out / side)
         timed = [r for r in records if r.benchmark.rsplit("_", 1)[-1] in ("hot", "cold", "launch")]
         assert {dict(r.params)["impl"] for r in timed} == {"planted", "eager", "copy"}
-        assert all(len(r.samples) == 6 for r in timed if r.status == "ok"), side  # one median a round
+        assert all(len(r.samples) == 12 for r in timed if r.status == "ok"), side  # one median a round
         assert all(r.status == "ok" for r in timed)
     assert (out / "report.json").is_file() and (out / "report.txt").is_file()
     assert subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True,
@@ -159,10 +162,11 @@ def test_an_aa_compare_writes_the_layout_and_flags_no_kernel(planted, tmp_path):
 @QUIET
 def test_a_kernel_planted_slower_fails_the_compare_naming_only_its_cells(planted, tmp_path):
     repo, base, head = planted
-    run = _compare(repo, base, head, tmp_path / "ab", *RULE, "--format", "json")
+    run = _compare(repo, base, head, tmp_path / "ab", *PLANTED_RULE, "--format", "json")
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     report = json.loads(run.stdout)
-    assert _flagged(report, "hot") == {("planted", "1024"), ("planted", "4096")}, report["regressions"]
+    flagged = _flagged(report, "hot") | _flagged(report, "cold")
+    assert flagged and {impl for impl, _ in flagged} == {"planted"}, report["regressions"]
     assert json.loads((tmp_path / "ab" / "report.json").read_text())["exit_code"] == 1
 
 
@@ -173,7 +177,7 @@ def test_the_shipped_cpu_same_box_model_is_what_its_command_makes(tmp_path, monk
     assert shipped is not None, "the CPU same-box model is shipped in relu2/noise_model.json"
     args = shipped.command.split()
     assert args[:4] == ["relu2", "noise", "learn", "--same-box"] and args[-2:] == ["--out", "relu2/noise_model.json"]
-    monkeypatch.chdir(ROOT)  # the command is recorded as run from the checkout's root, on docs/aa/compare-cpu
+    monkeypatch.chdir(ROOT)  # the command is recorded as run from the checkout's root, on docs/aa/compare-cpu-quiet
     assert cli.main([*args[1:-1], str(tmp_path / "m.json")]) == 0
     again = noise.model_for(noise.load_models(tmp_path / "m.json"), "none", noise.SAME_BOX)
     assert again.fits == shipped.fits and again.l2_bytes == shipped.l2_bytes
