@@ -13,7 +13,10 @@ each cell gets one of three answers:
 
 "Moved" is the paired rule ``pair``: the paired verdict's move (``relu2.verdict.move``: round i of
 one side against the rounds around i of the other, so a box that speeds up or slows down as a whole
-cancels) beyond ``factor``, and more than three quarters of the rounds on that side.
+cancels) beyond the cell's factor, and more than three quarters of the rounds on that side.  A cell's
+factor is the same-box noise model's threshold for its family, mode and band on this machine's GPU
+(``relu2 compare``'s model, the cells followed sharing its budget), or ``DEFAULT_FACTOR`` where the
+model has none; ``--factor`` sets one for every cell.
 Step 0 measures GOOD against BAD alone: a cell that did not move there is "not reproduced".
 
 Commits that cannot be measured (older than the implementations interface, a failed build, a
@@ -160,13 +163,14 @@ class Track:
         return [i for i in range(self.lo + 1, self.hi) if i not in gone] if self.way else []
 
 
-def replay(cells: Sequence[str], count: int, steps: Iterable[Step], factor: float) -> dict[str, Track]:
+def replay(cells: Sequence[str], count: int, steps: Iterable[Step], factor: float | Mapping[str, float]
+           ) -> dict[str, Track]:
     """Each cell's search after ``steps`` over a range of ``count`` commits (GOOD first, BAD last),
-    step 0 judged with ``factor``."""
+    step 0 judged with ``factor`` (one for every cell, or one per cell)."""
     tracks = {c: Track(c, 0, count - 1) for c in cells}
     for step in steps:
         for name, track in tracks.items():
-            tracks[name] = advance(track, step, factor)
+            tracks[name] = advance(track, step, factor[name] if isinstance(factor, Mapping) else factor)
     return tracks
 
 
@@ -327,12 +331,16 @@ class Plan:
 
     commits: list[str]
     cells: list[str]
-    factor: float = DEFAULT_FACTOR
+    factor: float = DEFAULT_FACTOR  # where ``factors`` names no factor for a cell
     budget: int = DEFAULT_BUDGET
+    factors: dict[str, float] = field(default_factory=dict)  # per cell, from the same-box model
+
+    def factor_of(self, cell: str) -> float:
+        return self.factors.get(cell, self.factor)
 
     def same_search(self, other: Mapping) -> bool:
-        return (other.get("commits"), other.get("cells"), other.get("factor"), other.get("budget")) == \
-            (self.commits, self.cells, self.factor, self.budget)
+        return (other.get("commits"), other.get("cells"), other.get("factor"), other.get("budget"),
+                other.get("factors", {})) == (self.commits, self.cells, self.factor, self.budget, self.factors)
 
 
 def load_steps(plan: Plan, state: Path | None) -> list[Step]:
@@ -376,7 +384,7 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
         sides = [plan.commits[0], plan.commits[last]]
         say(f"relu2 bisect: step 0: GOOD beside BAD, {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}")
         try:
-            cells, rounds = measure_step(oracle, sides, plan.cells, lambda _, f: reproduced(f[0], f[1], plan.factor),
+            cells, rounds = measure_step(oracle, sides, plan.cells, lambda cell, f: reproduced(f[0], f[1], plan.factor_of(cell)),
                                          plan.budget)
         except Unmeasurable as e:
             from relu2.machine import UsageError
@@ -386,7 +394,7 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
         save_steps(plan, steps, state)
         say(progress_line(steps[-1], plan))
     while True:
-        tracks = replay(plan.cells, len(plan.commits), steps, plan.factor)
+        tracks = replay(plan.cells, len(plan.commits), steps, {c: plan.factor_of(c) for c in plan.cells})
         probe = next_probe(tracks)
         if probe is None:
             return steps
@@ -398,7 +406,8 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
         try:
             done, rounds = measure_step(
                 oracle, sides, cells, budget=plan.budget,
-                judge=lambda cell, f: answer(f[0], f[1], f[2], f[3], tracks[cell].way or 0, plan.factor))
+                judge=lambda cell, f: answer(f[0], f[1], f[2], f[3], tracks[cell].way or 0,
+                                                 plan.factor_of(cell)))
             step = Step(len(steps), index, commit, rounds, time.monotonic() - started, cells=done)
         except Unmeasurable as e:
             step = Step(len(steps), index, commit, 0, time.monotonic() - started, reason=str(e))
@@ -543,7 +552,8 @@ class Report:
     def as_json(self) -> dict:
         """The report as plain data, a figure that is not a number as null (strict JSON)."""
         return _no_nan({"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
-                "commits": self.plan.commits, "factor": self.plan.factor, "budget": self.plan.budget,
+                "commits": self.plan.commits, "factor": self.plan.factor, "factors": self.plan.factors,
+                "budget": self.plan.budget,
                 "measured_steps": sum(s.measured for s in self.steps), "state": self.state,
                 "cells": [asdict(f) for f in self.findings], "steps": [asdict(s) for s in self.steps],
                 "exit": self.exit_code})
@@ -559,13 +569,35 @@ def _no_nan(data):
     return data
 
 
-def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float = DEFAULT_FACTOR,
+def model_factors(targets: Mapping[str, object], gpu: str) -> dict[str, float]:
+    """Per cell followed (name -> confirm.Target): the same-box model's threshold for its family, mode
+    and band on ``gpu`` ("none": the CPU), the cells followed sharing the model's budget; a cell whose
+    group the model lacks (or a GPU without a same-box model) is left out."""
+    from relu2 import noise
+    from relu2.schema import band_of
+    from relu2.verdict import family_of
+
+    model = noise.model_for(noise.load_models(), gpu, noise.SAME_BOX)
+    if model is None:
+        return {}
+    found = {}
+    for name, t in targets.items():
+        key = (family_of(t.cell.impl), t.mode, band_of(t.cell.bytes, model.l2_bytes).name)
+        ratio = model.ratio(key, len(targets))
+        if ratio is not None:
+            found[name] = round(ratio, 6)
+    return found
+
+
+def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | None = None,
         budget: int = DEFAULT_BUDGET, state: Path | None = None, device: str = "cpu",
         progress: Callable[[str], None] | None = None) -> Report:
     """Bisect GOOD..BAD of ``repo`` on ``targets`` (confirm.Target), measuring with relu2 confirm's
-    rounds; resumes from ``state`` (default: in the repository's git folder)."""
+    rounds; resumes from ``state`` (default: in the repository's git folder).  ``factor`` None: each
+    cell's factor from the same-box model (``model_factors``), else ``DEFAULT_FACTOR``."""
     by_name = {cell_name(t): t for t in targets}
-    plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor, budget)
+    factors = {} if factor is not None else model_factors(by_name, _gpu(device))
+    plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor or DEFAULT_FACTOR, budget, factors)
     state = state or default_state(repo, plan.commits, plan.cells)
     steps = load_steps(plan, state)
     say = progress or (lambda line: None)
@@ -573,9 +605,26 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float = D
         f"{plan.commits[-1][:10]} (first parent), {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}; state {state}"
         + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
     steps = search(plan, confirm_oracle(repo, by_name, device), steps, state, say)
-    tracks = replay(plan.cells, len(plan.commits), steps, plan.factor)
+    tracks = replay(plan.cells, len(plan.commits), steps, {c: plan.factor_of(c) for c in plan.cells})
     return Report(str(repo), plan, steps, findings(plan.commits, tracks, steps), subjects(repo, plan.commits),
                   str(state))
+
+
+def _gpu(device: str) -> str:
+    """The GPU model a noise model is learned for: the device's name, "none" on the CPU."""
+    from relu2.machine import gpu_name
+
+    return gpu_name() if device == "cuda" else "none"
+
+
+def _rule(plan: Plan) -> str:
+    """What decided "moved": the same-box model's factors, the default, or --factor."""
+    if not plan.factors:
+        return f"paired factor {plan.factor:g}"
+    ratios = sorted(set(plan.factors.values()))
+    rest = len(plan.cells) - len(plan.factors)
+    return (f"paired factor {ratios[0]:g}" + (f"-{ratios[-1]:g}" if len(ratios) > 1 else "") + " from the same-box "
+            "noise model" + (f" ({rest} cell{'s' * (rest != 1)} outside it: {plan.factor:g})" if rest else ""))
 
 
 def format_text(report: Report) -> str:
@@ -599,7 +648,7 @@ def format_text(report: Report) -> str:
     lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} "
              f"commit{'s' * (len(commits) != 2)}, "
              f"{measured} measured steps" + (f", {skipped} skipped unmeasured" if skipped else "")
-             + f", paired factor {report.plan.factor:g}, at most {report.plan.budget} rounds a step"]
+             + f", {_rule(report.plan)}, at most {report.plan.budget} rounds a step"]
     for f in report.findings:
         if f.verdict == CULPRIT:
             lines += [f"{f.cell}: the first commit like BAD is {commit(f.first_bad)}",
@@ -615,7 +664,7 @@ def format_text(report: Report) -> str:
             step0 = f.figures.get("step 0", {})
             ratio = step0.get("bad_s", float("nan")) / step0.get("good_s", float("nan")) if step0 else float("nan")
             lines.append(f"{f.cell}: not reproduced: BAD is {ratio:.2f}x GOOD on this machine, within the "
-                         f"factor {report.plan.factor:g} or unclear after the budget")
+                         f"factor {report.plan.factor_of(f.cell):g} or unclear after the budget")
         else:
             lines.append(f"{f.cell}: not measured at GOOD or BAD: {f.skipped[0]['reason'] if f.skipped else '?'}")
     lines.append("steps:")

@@ -523,8 +523,10 @@ step gives each cell one of three answers:
   like BAD    the probe moved away from GOOD the way BAD did; BAD did not move further
   unknown     neither or both: noise, or a probe halfway along a cell that moved twice
 "Moved" is the paired rule: the paired verdict's move (relu2 gate --compare's: the median over
-rounds of round i of one side against rounds i-1..i+1 of the other) beyond --factor (default
-{bisect.DEFAULT_FACTOR:g}), and more than three quarters of the rounds on that side.
+rounds of round i of one side against rounds i-1..i+1 of the other) beyond the cell's factor, and
+more than three quarters of the rounds on that side. A cell's factor is relu2 compare's: this GPU's
+same-box noise model for its family, mode and band (the cells followed sharing its budget), or
+{bisect.DEFAULT_FACTOR:g} where the model has none (the CPU's covers only eager and copy); --factor sets one for all.
 
 The budget: a step measures {bisect.MIN_ROUNDS} rounds; an unknown answer measures {bisect.MIN_ROUNDS} more, until
 the answer is known or --budget ROUNDS (default {bisect.DEFAULT_BUDGET}) are spent; a probe still unknown then
@@ -763,9 +765,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=_number(int, bisect.MIN_ROUNDS, strict=False), default=bisect.DEFAULT_BUDGET,
                    metavar="ROUNDS", help=f"the most rounds one step measures, at least {bisect.MIN_ROUNDS} "
                    f"(default {bisect.DEFAULT_BUDGET})")
-    p.add_argument("--factor", type=_number(float, 1.0), default=bisect.DEFAULT_FACTOR,
-                   help=f"the paired rule's factor: a median per-round ratio beyond it is a move (default "
-                   f"{bisect.DEFAULT_FACTOR:g})")
+    p.add_argument("--factor", type=_number(float, 1.0), default=None,
+                   help=f"one factor for every cell: a median per-round ratio beyond it is a move (default: "
+                   f"each cell's from this GPU's same-box noise model, else {bisect.DEFAULT_FACTOR:g})")
     p.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json (for CI)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     _add_device(p)

@@ -55,7 +55,7 @@ def step_at(index: int, before: float = 1.0, after: float = 1.5, count: int = 9)
 def run(box: FakeBox, cells: list[str], **plan) -> tuple[list[bisect.Step], list[bisect.Finding]]:
     p = Plan(COMMITS, cells, **plan)
     steps = bisect.search(p, box)
-    tracks = bisect.replay(p.cells, len(p.commits), steps, p.factor)
+    tracks = bisect.replay(p.cells, len(p.commits), steps, {c: p.factor_of(c) for c in p.cells})
     return steps, bisect.findings(p.commits, tracks, steps)
 
 
@@ -77,6 +77,30 @@ def test_pair_reads_rounds_side_by_side():
 
 def pair_of(a, b):
     return bisect.pair(a, b, 1.2)
+
+
+def test_each_cell_is_judged_by_its_own_factor():
+    """A 1.3x step moves beyond 1.2, not beyond 1.5: a cell with a factor of its own (the same-box
+    model's threshold for its group) is judged by it, the others by the plan's."""
+    box = FakeBox({FUSED: step_at(5, after=1.3), TOY: step_at(5, after=1.3)})
+    _, found = run(box, [FUSED, TOY], factor=1.2, factors={FUSED: 1.5})
+    verdicts = {f.cell: (f.verdict, f.first_bad) for f in found}
+    assert verdicts == {TOY: (bisect.CULPRIT, COMMITS[5]), FUSED: (NOT_REPRODUCED, "")}
+
+
+def test_the_same_box_model_sets_the_factors_of_the_cells_it_covers():
+    """The CPU's shipped same-box model covers the references (eager, copy): their cells get its
+    threshold at the cells' share of the budget; a cell of another family keeps the default."""
+    from relu2 import noise
+    from relu2.confirm import parse_target
+
+    targets = {name: parse_target(name) for name in ("eager:float32:1024:hot", "copy:float32:4096:cold", TOY)}
+    factors = bisect.model_factors(targets, "none")
+    model = noise.model_for(noise.load_models(), "none", noise.SAME_BOX)
+    assert set(factors) == {"eager:float32:1024:hot", "copy:float32:4096:cold"}
+    assert factors["eager:float32:1024:hot"] == pytest.approx(model.ratio(("references", "hot", "in L2"), 3), rel=1e-5)
+    assert factors["eager:float32:1024:hot"] > 1.2
+    assert bisect.model_factors(targets, "a GPU with no same-box model") == {}
 
 
 def test_the_three_answers():
