@@ -234,6 +234,8 @@ def sides(repo: Path, base: str, head: str, scratch: Path, say: Say = _stderr,
     finally:
         for tree in trees:
             subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], capture_output=True)
+        # A tree whose folder went first (an interrupt unwinding the scratch folder) is only pruned.
+        subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
 
 def _install(tree: Path, site: Path, what: str) -> Path:
