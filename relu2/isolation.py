@@ -105,18 +105,13 @@ def cache_environment(root: str | os.PathLike) -> dict[str, str]:
 def private_caches(prefix: str = "relu2-") -> Iterator[Path]:
     """Empty inductor and Triton caches for the block, in this process (as each worker has them for
     its life), removed after: what is compiled in the block is all that is in them."""
+    from relu2.machine import environ
+
     root = Path(tempfile.mkdtemp(prefix=prefix))
-    env = cache_environment(root)
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
     try:
-        yield root
+        with environ(cache_environment(root)):
+            yield root
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         shutil.rmtree(root, ignore_errors=True)
 
 
