@@ -163,14 +163,13 @@ class Track:
         return [i for i in range(self.lo + 1, self.hi) if i not in gone] if self.way else []
 
 
-def replay(cells: Sequence[str], count: int, steps: Iterable[Step], factor: float | Mapping[str, float]
-           ) -> dict[str, Track]:
-    """Each cell's search after ``steps`` over a range of ``count`` commits (GOOD first, BAD last),
-    step 0 judged with ``factor`` (one for every cell, or one per cell)."""
-    tracks = {c: Track(c, 0, count - 1) for c in cells}
+def replay(plan: Plan, steps: Iterable[Step]) -> dict[str, Track]:
+    """Each cell's search after ``steps`` over the plan's range (GOOD first, BAD last), step 0 judged
+    with the cell's factor."""
+    tracks = {c: Track(c, 0, len(plan.commits) - 1) for c in plan.cells}
     for step in steps:
         for name, track in tracks.items():
-            tracks[name] = advance(track, step, factor[name] if isinstance(factor, Mapping) else factor)
+            tracks[name] = advance(track, step, plan.factor_of(name))
     return tracks
 
 
@@ -394,7 +393,7 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
         save_steps(plan, steps, state)
         say(progress_line(steps[-1], plan))
     while True:
-        tracks = replay(plan.cells, len(plan.commits), steps, {c: plan.factor_of(c) for c in plan.cells})
+        tracks = replay(plan, steps)
         probe = next_probe(tracks)
         if probe is None:
             return steps
@@ -605,7 +604,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
         f"{plan.commits[-1][:10]} (first parent), {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}; state {state}"
         + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
     steps = search(plan, confirm_oracle(repo, by_name, device), steps, state, say)
-    tracks = replay(plan.cells, len(plan.commits), steps, {c: plan.factor_of(c) for c in plan.cells})
+    tracks = replay(plan, steps)
     return Report(str(repo), plan, steps, findings(plan.commits, tracks, steps), subjects(repo, plan.commits),
                   str(state))
 

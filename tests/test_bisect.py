@@ -55,7 +55,7 @@ def step_at(index: int, before: float = 1.0, after: float = 1.5, count: int = 9)
 def run(box: FakeBox, cells: list[str], **plan) -> tuple[list[bisect.Step], list[bisect.Finding]]:
     p = Plan(COMMITS, cells, **plan)
     steps = bisect.search(p, box)
-    tracks = bisect.replay(p.cells, len(p.commits), steps, {c: p.factor_of(c) for c in p.cells})
+    tracks = bisect.replay(p, steps)
     return steps, bisect.findings(p.commits, tracks, steps)
 
 
@@ -209,7 +209,7 @@ def test_a_cell_failed_at_good_is_not_measured_and_the_others_still_bisected():
     box = FakeBox({TOY: step_at(5), FUSED: step_at(5)}, failed={(FUSED, 0): "failed at GOOD"})
     plan = Plan(COMMITS, [TOY, FUSED])
     steps = bisect.search(plan, box)
-    found = bisect.findings(COMMITS, bisect.replay(plan.cells, 9, steps, plan.factor), steps)
+    found = bisect.findings(COMMITS, bisect.replay(plan, steps), steps)
     assert [f.verdict for f in found] == ["culprit", bisect.NOT_MEASURED] and bisect.exit_code(found) == 0
     assert found[1].skipped[0]["reason"] == "failed at GOOD"
 
@@ -231,7 +231,7 @@ def test_an_interrupted_bisection_resumes_from_its_state_file(tmp_path):
     again = FakeBox({TOY: step_at(5)})
     steps = bisect.search(plan, again, done, state=state)
     assert len(again.calls) == 2  # only the two probes left, not step 0 nor the first probe again
-    found = bisect.findings(COMMITS, bisect.replay(plan.cells, 9, steps, plan.factor), steps)
+    found = bisect.findings(COMMITS, bisect.replay(plan, steps), steps)
     assert found[0].first_bad == COMMITS[5]
     assert len(bisect.load_steps(plan, state)) == 4
 
@@ -391,7 +391,7 @@ def test_the_text_names_the_culprit_its_figures_its_parent_and_every_step():
     box = FakeBox({TOY: step_at(5)}, broken={4: "does not build: x"})
     plan = Plan(COMMITS, [TOY])
     steps = bisect.search(plan, box)
-    found = bisect.findings(COMMITS, bisect.replay(plan.cells, 9, steps, plan.factor), steps)
+    found = bisect.findings(COMMITS, bisect.replay(plan, steps), steps)
     report = bisect.Report("repo", plan, steps, found, {c: f"subject {i}" for i, c in enumerate(COMMITS)}, "state.json")
     text = bisect.format_text(report)
     assert f"{TOY}: the first commit like BAD is one of 2, after {COMMITS[3][:10]}" in text
