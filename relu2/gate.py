@@ -215,7 +215,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         compared=found.compared, regressions=regressions, flagged=found.regressions, unconfirmed=unconfirmed,
         confirmation=confirmation, new_failures=found.new_failures, vanished=found.vanished,
         allowed=found.allowed, unjudged=found.unjudged, failed_at_base=found.failed_at_base,
-        not_gated=found.not_gated, improvements=found.improvements, repicked=found.repicked,
+        not_gated=found.not_gated, improvements=found.improvements, repicked=found.repicked, cells=found.cells,
         base_date=base.date, head_date=head.date,
         resolution=resolution(base.measurements, rule_for, found.gated, model, l2, factor),
         spread=spread(base.measurements, head.measurements) if with_spread else [], cpu=cpu and model is None,

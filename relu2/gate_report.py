@@ -57,6 +57,7 @@ class GateReport:
     repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick: reported
     flagged: list[Change] = field(default_factory=list)  # every cell beyond the noise model, before confirmation
     unconfirmed: list[Change] = field(default_factory=list)  # flagged, not flagged again when re-measured
+    cells: list[Change] = field(default_factory=list)  # every timed cell compared, as judged (JSON only)
     confirmation: str = ""  # the re-measurement file given with --confirmed
     resolution: list[Resolution] = field(default_factory=list)
     spread: list[Spread] = field(default_factory=list)
@@ -216,6 +217,7 @@ class GateReport:
             "not_gated": [c.as_json() for c in self.not_gated],
             "improvements": [c.as_json() for c in self.improvements],
             "repicked": [c.as_json() for c in self.repicked],
+            "cells": [c.as_json() for c in self.cells],
             "resolution": [asdict(r) for r in self.resolution],
             "spread": [asdict(s) for s in self.spread],
             "cpu": self.cpu,

@@ -177,6 +177,7 @@ class Change:
     also: tuple[str, ...] = ()  # other suites listing the same measurement
     family: str = ""
     why: str = ""  # why it is listed where it is, when the list's title does not say
+    moved: float = float("nan")  # the ratio the rule judged (paired: the rounds' median move), the box's move out
 
     @property
     def ratio(self) -> float:
@@ -189,7 +190,8 @@ class Change:
         return {"label": self.label, "benchmark": self.benchmark, "params": dict(self.params), "unit": self.unit,
                 "base": _number_or_none(self.base), "head": _number_or_none(self.head),
                 "ratio": _number_or_none(self.ratio), "threshold": _number_or_none(self.threshold),
-                "kernel": self.kernel, "also": list(self.also), "family": self.family, "why": self.why}
+                "moved": _number_or_none(self.moved), "kernel": self.kernel, "also": list(self.also),
+                "family": self.family, "why": self.why}
 
 
 def _positive(x: float | None) -> bool:
@@ -219,6 +221,7 @@ class Findings:
     not_gated: list[Change] = field(default_factory=list)
     improvements: list[Change] = field(default_factory=list)
     repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick, within the bound
+    cells: list[Change] = field(default_factory=list)  # every timed cell compared, as judged (a list or none)
     base_cells: int = 0  # cells with a result at base (ok or failed)
     base_failures: int = 0  # of them, failed
     offsets: dict[tuple[str, str], float] = field(default_factory=dict)  # (mode, band) -> the move taken out
@@ -329,13 +332,14 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
         offset = out.offsets.get((cell.timing_mode, band_of(cell)), 0.0)
         fb, fh = Figure.of(b), Figure.of(h)
         slower, faster = is_slower(fb, fh, rule, paired, offset), is_faster(fb, fh, rule, paired, offset)
-        if not (slower or faster):
-            continue
         kb, kh = b.fingerprint, h.fingerprint
         kernel = "" if not kb or not kh else "same" if kb == kh else f"{kb} -> {kh}"
         width = 0.0 if paired else fb.width
         found = replace(change, threshold=rule.needed(width) * math.exp(offset) if rule.gated else math.nan,
-                        kernel=kernel, why=rule.why)
+                        kernel=kernel, why=rule.why, moved=math.exp(move(fb, fh, paired) - offset))
+        out.cells.append(found)
+        if not (slower or faster):
+            continue
         if kb and kh and only_repicked(kb, kh) and family_of(cell.impl) in AUTOTUNED:
             if faster or found.ratio <= repick_bound:
                 out.repicked.append(found)

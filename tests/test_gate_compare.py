@@ -150,3 +150,14 @@ def test_noise_learn_never_writes_the_shipped_model_unasked(tmp_path, monkeypatc
     assert cli.main(["noise", "learn", "docs/aa/results"]) == 2
     assert "needs --out" in capsys.readouterr().err
     assert noise.DEFAULT_MODEL_PATH.read_bytes() == before
+
+
+def test_the_json_lists_every_timed_cell_with_the_move_it_was_judged_by(tmp_path):
+    step = gate_compare(make_compare(tmp_path / "ab", fx.COMMIT_3, fx.COMMIT_3, head_scale=[(PLANTED, 1.5)]))
+    cells = {c["label"]: c for c in step.as_json()["cells"]}
+    timed = [c for c in cells.values() if c["benchmark"].rsplit("_", 1)[-1] in MODE_NAMES]
+    assert len(timed) == len(cells) > step.compared / 2  # every timing; peak memory is not one
+    assert cells[fx.PLANTED_LABEL]["moved"] == pytest.approx(1.5, rel=0.02)  # every round 1.5x: so the median
+    others = [c["moved"] for label, c in cells.items() if label != fx.PLANTED_LABEL]
+    assert others and all(m == pytest.approx(1.0, rel=0.02) for m in others)  # the very same rounds
+    assert all(c["threshold"] is None or c["threshold"] > 1 for c in cells.values())
