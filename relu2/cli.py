@@ -424,8 +424,8 @@ def cmd_noise(args: argparse.Namespace) -> int:
         return _fail("noise", "learn needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
     if args.results and args.same_box:
         return _fail("noise", "one kind of model at a time: RESULTS_DIR... (cross-box) or --same-box (same-box)")
-    command = ("relu2 noise learn " + " ".join(args.results) + "".join(f" --same-box {d}" for d in args.same_box)
-               + "".join(f" --exclude-box {b}" for b in args.exclude_box) + f" --out {args.out}")
+    command = " ".join(["relu2 noise learn", *args.results, *(f"--same-box {d}" for d in args.same_box),
+                        *(f"--exclude-box {b}" for b in args.exclude_box), f"--out {args.out}"])
     boxes = gate.resolve_boxes(args.results, args.exclude_box) if args.exclude_box else []
     model = gate.noise_learn(args.results, args.out, same_box=args.same_box, exclude_boxes=boxes, command=command)
     for f in model.fits:

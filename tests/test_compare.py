@@ -182,3 +182,4 @@ def test_the_shipped_cpu_same_box_model_is_what_its_command_makes(tmp_path, monk
     assert cli.main([*args[1:-1], str(tmp_path / "m.json")]) == 0
     again = noise.model_for(noise.load_models(tmp_path / "m.json"), "none", noise.SAME_BOX)
     assert again.fits == shipped.fits and again.l2_bytes == shipped.l2_bytes
+    assert again.command == " ".join([*args[:-1], str(tmp_path / "m.json")])  # recorded as typed
