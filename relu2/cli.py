@@ -283,14 +283,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
     floor_s = None if args.floor_us is None else args.floor_us * 1e-6
     if args.compare:
         extra = [f for f, v in (("BASE", args.base), ("--machine", args.machine), ("--base-machine", args.base_machine),
-                                ("--head-machine", args.head_machine), ("--confirmed", args.confirmed),
-                                ("--across-gpus", args.across_gpus)) if v]
+                                ("--head-machine", args.head_machine), ("--across-gpus", args.across_gpus)) if v]
         if extra:
             return _fail("gate", f"--compare DIR names its own commits and box: {', '.join(extra)} does not go with it")
         report = gate.gate_compare(args.compare, factor=args.factor, floor_s=floor_s, gate_launch=args.gate_launch,
                                    allow_missing=args.allow_missing, with_spread=args.spread,
                                    across_versions=args.across_versions, allow_failed_base=args.allow_failed_base,
-                                   noise_model=args.noise_model)
+                                   confirmed=args.confirmed, noise_model=args.noise_model)
     else:
         if not (args.base and args.head):
             return _fail("gate", "give BASE and HEAD, or --compare DIR")

@@ -329,8 +329,10 @@ def compare_sides(folder: CompareFolder) -> tuple[Side, Side]:
 def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floor_s: float | None = None,
                  gate_launch: float | None = None, allow_missing: Sequence[str] = (), with_spread: bool = False,
                  across_versions: bool = False, allow_failed_base: bool = False,
+                 confirmed: str | os.PathLike | None = None,
                  noise_model: str | os.PathLike | None = None) -> GateReport:
-    """The paired verdict on a compare folder (base and head measured side by side on one box)."""
+    """The paired verdict on a compare folder (base and head measured side by side on one box);
+    ``confirmed``: relu2 confirm's re-measurement of its flagged cells, as for ``gate``."""
     meta = read_compare(folder)
     b, h = compare_sides(meta)
     note = f"paired: base and head measured side by side on box {meta.box} ({meta.rounds} rounds each)"
@@ -338,7 +340,7 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
         note += "; base and head are one commit: an A/A"
     return judge(b, h, paired=True, kind=noise.SAME_BOX, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
                  allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
-                 allow_failed_base=allow_failed_base, noise_model=noise_model, notes=[note])
+                 allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model, notes=[note])
 
 
 def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: Side, rule_for,

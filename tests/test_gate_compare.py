@@ -161,3 +161,29 @@ def test_the_json_lists_every_timed_cell_with_the_move_it_was_judged_by(tmp_path
     others = [c["moved"] for label, c in cells.items() if label != fx.PLANTED_LABEL]
     assert others and all(m == pytest.approx(1.0, rel=0.02) for m in others)  # the very same rounds
     assert all(c["threshold"] is None or c["threshold"] > 1 for c in cells.values())
+
+
+def test_a_compare_s_flagged_cells_are_confirmed_or_not_by_their_re_measurement(tmp_path, capsys):
+    folder = make_compare(tmp_path / "ab", fx.COMMIT_3, fx.COMMIT_3, head_scale=[(PLANTED, 1.5)])
+    base_s = gate_compare(folder).regressions[0].base
+
+    def again(name: str, head_scale: float) -> Path:  # as relu2 confirm writes it, for this folder's commits
+        path = tmp_path / name
+        path.write_text(json.dumps({"base": fx.COMMIT_3, "head": fx.COMMIT_3, "machine": fx.MACHINE, "cells": [{
+            "benchmark": fx.PLANTED_BENCH, "params": {k: str(v) for k, v in fx.PLANTED_PARAMS.items()},
+            "base_rounds": [base_s] * 6, "head_rounds": [base_s * head_scale] * 6}]}))
+        return path
+
+    confirmed = cli.main(["gate", "--compare", str(folder), "--confirmed", str(again("slow.json", 1.5))])
+    assert confirmed == 1 and "CONFIRMED REGRESSIONS" in capsys.readouterr().out
+    gone = gate_compare(folder, confirmed=again("same.json", 1.0))
+    assert gone.exit_code == 0 and [c.label for c in gone.unconfirmed] == [fx.PLANTED_LABEL]
+    with pytest.raises(GateInputError, match="not of"):
+        gate_compare(folder, confirmed=_other_commits(again("other.json", 1.5)))
+
+
+def _other_commits(path: Path) -> Path:
+    data = json.loads(path.read_text())
+    data["base"] = fx.COMMIT_2
+    path.write_text(json.dumps(data))
+    return path
