@@ -242,6 +242,25 @@ def death_reason(exitcode: int | None) -> str:
     return f"exited with status {exitcode}"
 
 
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """A worker spawned here is born ignoring SIGINT (an ignored signal stays ignored over exec, and
+    Python then installs no handler of its own), so a Ctrl-C to the terminal's group never kills one
+    while its interpreter starts: that printed "Fatal Python error: init_import_site" over the run's
+    own line.  The worker ignores SIGINT anyway and leaves on the run's SIGTERM.  A Ctrl-C meanwhile
+    is held (blocked, so not discarded) and reaches this process's handler once it is back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _unwind_on_sigterm() -> Any:
     """In a process that SIGTERM would end at once (asv's ``setup_cache`` process; a pool outside a
     ``relu2.lifecycle.guard``), SIGTERM leaves through Python's exit while a pool is open, so the pool
@@ -324,7 +343,8 @@ class WorkerPool:
             process = self._context.Process(target=_worker_main,
                                             args=(child, name, registered, self.device, cache_dir, os.getpid()),
                                             name=f"relu2-worker-{name}", daemon=True)
-            process.start()
+            with _sigint_held():
+                process.start()
             child.close()  # the worker holds the other end; EOF here then means it died
             self.workers[name] = _Worker(name, process, parent, cache_dir, own)
         deadline = time.monotonic() + startup_timeout_s

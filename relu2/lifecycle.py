@@ -290,7 +290,16 @@ def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") 
     previous = {}
     closing = False
 
+    owner = os.getpid()
+
     def on_signal(signum: int, frame) -> None:
+        if os.getpid() != owner:
+            # A fork of this process (asv forks without exec) inherits the handler, and the group's
+            # Ctrl-C then the run's SIGTERM made it print "killed" and end the run as its own.  The
+            # run is this process's to end: the fork just dies of the signal.
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         if run.signum is not None:  # the second: everything now
             left = run.processes()
             run.stopped = max(run.stopped, len(left))

@@ -195,6 +195,28 @@ def test_a_second_ctrl_c_ends_everything_at_once(tmp_path, launch):
     assert "relu2 sweep: interrupted (SIGINT): killed" in run.output, run.output[-2000:]
 
 
+FORKED = """
+import os, time
+from relu2 import lifecycle
+try:
+    with lifecycle.guard("forked"):
+        if os.fork() == 0:  # as asv forks: the child runs Python, with the guard's handler
+            time.sleep(60)
+            os._exit(0)
+        print("ready", flush=True)
+        time.sleep(60)
+except lifecycle.Interrupted:
+    raise SystemExit(130)  # as relu2.cli exits
+"""
+
+
+def test_a_fork_of_a_guarded_process_leaves_the_run_to_it(launch):
+    """Ctrl-C reaches the fork too (the group), then the run's SIGTERM: one line, the run's own."""
+    run = launch([sys.executable, "-c", FORKED], ROOT, PYTHONPATH=str(ROOT))
+    run.wait_for(_said("ready"), "the fork started")
+    _check_stopped(run, signal.SIGINT, "forked")
+
+
 # --- relu2 asv run ------------------------------------------------------------------------------------
 
 

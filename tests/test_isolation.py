@@ -175,3 +175,27 @@ def test_an_implementation_the_package_does_not_provide_is_skipped_not_failed():
     with WorkerPool(["not_in_this_commit"], "cpu", timeout_s=60) as pool:
         result = pool.measure(cell, ("hot",), "cpu", None)
     assert result.status == "skipped" and "not provided here" in result.reason
+
+
+def _sigint_disposition(conn) -> None:
+    import signal as _signal
+
+    conn.send(_signal.getsignal(_signal.SIGINT) == _signal.SIG_IGN)
+
+
+def test_a_worker_is_born_ignoring_ctrl_c_and_the_pool_keeps_its_own_handler():
+    """Ctrl-C to the group while a worker's interpreter starts must not kill it mid-import."""
+    import multiprocessing
+    import signal as _signal
+
+    from relu2.isolation import _sigint_held
+
+    before = _signal.getsignal(_signal.SIGINT)
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    with _sigint_held():
+        process = ctx.Process(target=_sigint_disposition, args=(child,))
+        process.start()
+    assert parent.poll(60) and parent.recv() is True  # ignored from its first instruction
+    process.join(10)
+    assert _signal.getsignal(_signal.SIGINT) is before and not _signal.pthread_sigmask(_signal.SIG_BLOCK, set())
