@@ -180,15 +180,16 @@ class GateReport:
                               ("Unjudged (no figure at base: not a pass)", self.unjudged),
                               ("Failed at base (not compared)", self.failed_at_base)):
             if changes:
-                lines += ["", f"#### {name}", "", "| ratio | base | head | cell | kernel |", "|---:|---:|---:|---|---|"]
-                lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | "
-                          f"`{c.label}` | {c.kernel} |" for c in changes[:50]]
+                lines += ["", f"#### {name}", "", "| ratio | judged | base | head | cell | kernel |",
+                          "|---:|---:|---:|---:|---|---|"]
+                lines += [f"| {_ratio(c.ratio)} | {_ratio(c.moved)} | {format_value(c.base, c.unit)} | "
+                          f"{format_value(c.head, c.unit)} | `{c.label}` | {c.kernel} |" for c in changes[:50]]
         if self.not_gated or self.improvements or self.repicked:
             lines += ["", "<details><summary>Not gated, improvements, repicked</summary>", "",
                       f"Not gated: {self._not_gated_why()}. Repicked: {REPICKED_WHY}.", "",
-                      "| ratio | base | head | cell |", "|---:|---:|---:|---|"]
-            lines += [f"| {_ratio(c)} | {format_value(c.base, c.unit)} | {format_value(c.head, c.unit)} | `{c.label}` |"
-                      for c in self.not_gated[:20] + self.improvements[:20] + self.repicked[:20]]
+                      "| ratio | judged | base | head | cell |", "|---:|---:|---:|---:|---|"]
+            lines += [f"| {_ratio(c.ratio)} | {_ratio(c.moved)} | {format_value(c.base, c.unit)} | "
+                      f"{format_value(c.head, c.unit)} | `{c.label}` |" for c in self.not_gated[:20] + self.improvements[:20] + self.repicked[:20]]
             lines += ["", "</details>"]
         lines += ["", "#### Resolution", "", "| family | mode | band | cells | threshold | floor | caught 90% |",
                   "|---|---|---|---:|---:|---:|---:|"]
@@ -263,8 +264,8 @@ def _threshold(x: float) -> str:
     return "-" if not math.isfinite(x) else f"{x:.3f}".rstrip("0").rstrip(".") + "x"
 
 
-def _ratio(c: Change) -> str:
-    return "-" if math.isnan(c.ratio) else f"{c.ratio:.2f}x"
+def _ratio(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.2f}x"
 
 
 def _detectable(r: Resolution) -> str:
@@ -290,14 +291,15 @@ def _table(title: str, changes: list[Change], limit: int | None = None) -> list[
     if not changes:
         return []
     shown = changes[:limit] if limit else changes
-    rows = [(_ratio(c), format_value(c.base, c.unit), format_value(c.head, c.unit),
+    # ratio: the medians'; judged: what the rule read (paired: the rounds' median move; the box's move out)
+    rows = [(_ratio(c.ratio), _ratio(c.moved), format_value(c.base, c.unit), format_value(c.head, c.unit),
              c.label + (f"  [kernel {c.kernel}]" if c.kernel and c.kernel != "same" else "")
              + (f"  (also {', '.join(c.also)})" if c.also else "")) for c in shown]
-    header = ("ratio", "base", "head", "cell")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    header = ("ratio", "judged", "base", "head", "cell")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     out = ["", f"{title}: {len(changes)}"]
     for r in [header, *rows]:
-        out.append("  " + "  ".join(r[i].rjust(widths[i]) for i in range(3)) + "  " + r[3])
+        out.append("  " + "  ".join(r[i].rjust(widths[i]) for i in range(4)) + "  " + r[4])
     if limit and len(changes) > limit:
         out.append(f"  ... and {len(changes) - limit} more (--format json lists every one)")
     return out

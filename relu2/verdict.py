@@ -428,7 +428,7 @@ def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Calla
             continue
         b, h = again.figures()
         (out.confirmed if is_slower(b, h, rule_of(change)) else out.unconfirmed).append(
-            replace(change, base=b.value, head=h.value))
+            replace(change, base=b.value, head=h.value, moved=math.exp(move(b, h))))
     return out
 
 

@@ -187,3 +187,12 @@ def _other_commits(path: Path) -> Path:
     data["base"] = fx.COMMIT_2
     path.write_text(json.dumps(data))
     return path
+
+
+def test_the_text_shows_the_ratio_judged_beside_the_medians_ratio(tmp_path):
+    report = gate_compare(make_compare(tmp_path / "ab", fx.COMMIT_3, fx.COMMIT_3, head_scale=[(PLANTED, 1.5)]))
+    text = report.format()
+    header = next(line for line in text.splitlines() if line.split()[:2] == ["ratio", "judged"])
+    row = next(line for line in text.splitlines() if line.endswith(fx.PLANTED_LABEL))
+    assert header and row.split()[1] == f"{report.regressions[0].moved:.2f}x" == "1.50x"
+    assert "| ratio | judged |" in report.markdown()
