@@ -203,7 +203,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
                              "base, or --allow-failed-base to compare the cells that did not fail")
     regressions, unconfirmed, confirmation = found.regressions, [], ""
     if confirmed is not None:
-        regressions, unconfirmed = _confirm(found.regressions, confirmed, base, head, rule_for, found.gated)
+        regressions, unconfirmed = _confirm(found.regressions, confirmed, base, head, rule_for, found.gated, paired)
         confirmation = str(confirmed)
     overrides = {k: v for k, v in (("factor", factor), ("floor_s", floor_s), ("gate_launch", gate_launch),
                                    ("allow_missing", tuple(allow_missing))) if v not in (None, ())}
@@ -344,7 +344,7 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
 
 
 def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: Side, rule_for,
-             gated: int) -> tuple[list[Change], list[Change]]:
+             gated: int, paired: bool = False) -> tuple[list[Change], list[Change]]:
     """(failing, unconfirmed) after a re-measurement, each flagged cell judged by the rule that flagged
     it; GateInputError when it is of other commits."""
     try:
@@ -360,7 +360,7 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
         m = by_key.get((change.benchmark, change.params))
         return rule_for(m, max(1, gated)) if m else Rule(True, change.threshold, 0.0)
 
-    result = confirm(flagged, again, rule_of)
+    result = confirm(flagged, again, rule_of, paired)
     return result.confirmed + result.not_remeasured, result.unconfirmed
 
 

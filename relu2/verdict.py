@@ -418,8 +418,10 @@ class Confirmation:
     not_remeasured: list[Change]  # absent from the file: still failing (no evidence is not a pass)
 
 
-def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Callable[[Change], Rule]) -> Confirmation:
-    """Judge each flagged cell again on its rounds, by the rule that flagged it."""
+def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Callable[[Change], Rule],
+            paired: bool = False) -> Confirmation:
+    """Judge each flagged cell again on its rounds, by the rule that flagged it: ``paired`` for a
+    compare's cells (the re-measurement's rounds are side by side too, so the box's drift cancels)."""
     out = Confirmation([], [], [])
     for change in flagged:
         again = remeasured.find(change)
@@ -427,8 +429,8 @@ def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Calla
             out.not_remeasured.append(change)
             continue
         b, h = again.figures()
-        (out.confirmed if is_slower(b, h, rule_of(change)) else out.unconfirmed).append(
-            replace(change, base=b.value, head=h.value, moved=math.exp(move(b, h))))
+        (out.confirmed if is_slower(b, h, rule_of(change), paired) else out.unconfirmed).append(
+            replace(change, base=b.value, head=h.value, moved=math.exp(move(b, h, paired))))
     return out
 
 

@@ -167,11 +167,12 @@ def test_a_compare_s_flagged_cells_are_confirmed_or_not_by_their_re_measurement(
     folder = make_compare(tmp_path / "ab", fx.COMMIT_3, fx.COMMIT_3, head_scale=[(PLANTED, 1.5)])
     base_s = gate_compare(folder).regressions[0].base
 
-    def again(name: str, head_scale: float) -> Path:  # as relu2 confirm writes it, for this folder's commits
+    def again(name: str, head_scale: float, drift: float = 0.0) -> Path:  # as relu2 confirm writes it
         path = tmp_path / name
+        base_rounds = [base_s * (1 + drift * i) for i in range(6)]  # the box drifting as it measures
         path.write_text(json.dumps({"base": fx.COMMIT_3, "head": fx.COMMIT_3, "machine": fx.MACHINE, "cells": [{
             "benchmark": fx.PLANTED_BENCH, "params": {k: str(v) for k, v in fx.PLANTED_PARAMS.items()},
-            "base_rounds": [base_s] * 6, "head_rounds": [base_s * head_scale] * 6}]}))
+            "base_rounds": base_rounds, "head_rounds": [b * head_scale for b in base_rounds]}]}))
         return path
 
     confirmed = cli.main(["gate", "--compare", str(folder), "--confirmed", str(again("slow.json", 1.5))])
@@ -180,6 +181,10 @@ def test_a_compare_s_flagged_cells_are_confirmed_or_not_by_their_re_measurement(
     assert gone.exit_code == 0 and [c.label for c in gone.unconfirmed] == [fx.PLANTED_LABEL]
     with pytest.raises(GateInputError, match="not of"):
         gate_compare(folder, confirmed=_other_commits(again("other.json", 1.5)))
+    # Judged paired, as the compare flagged it: a box drifting 2.5x over the rounds hides nothing (the
+    # rounds' width would have needed 1.5x times 2.5)
+    drifting = gate_compare(folder, confirmed=again("drift.json", 1.5, drift=0.3))
+    assert drifting.exit_code == 1 and drifting.regressions[0].moved == pytest.approx(1.5)
 
 
 def _other_commits(path: Path) -> Path:
