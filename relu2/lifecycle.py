@@ -16,8 +16,8 @@ So a run marks what it starts, and ends by that mark:
   ``GRACE_S`` gets SIGKILL; then one line says what was stopped and what was saved, and the command
   exits 130 (``relu2.cli``).
 * **A second one** while that happens: SIGKILL to every process of the run, the line, exit 130 at once.
-  A fork of this process (asv forks without exec) inherits the handler but not the run: Ctrl-C to
-  the group, then the run's SIGTERM, only end it.
+  A fork of this process (a multiprocessing pool's, as asv.util makes) inherits the handler but not
+  the run: Ctrl-C to the group, then the run's SIGTERM, only end it.
 * **This process killed** (SIGKILL, a lost job): a keeper process started by ``guard``, in a session of
   its own, waits for this one's end and then ends every process that carries the mark.  Each worker
   also follows its parent (``follow_parent``: ``PR_SET_PDEATHSIG``, or a check of the parent's pid where
@@ -291,12 +291,11 @@ def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") 
     main = threading.current_thread() is threading.main_thread()
     previous = {}
     closing = False
-
     owner = os.getpid()
 
     def on_signal(signum: int, frame) -> None:
         if os.getpid() != owner:
-            # A fork of this process (asv forks without exec) inherits the handler, and the group's
+            # A fork of this process (a pool forked without exec) inherits the handler, and the group's
             # Ctrl-C then the run's SIGTERM made it print "killed" and end the run as its own.  The
             # run is this process's to end: the fork just dies of the signal.
             signal.signal(signum, signal.SIG_DFL)

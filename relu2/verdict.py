@@ -221,7 +221,7 @@ class Findings:
     not_gated: list[Change] = field(default_factory=list)
     improvements: list[Change] = field(default_factory=list)
     repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick, within the bound
-    cells: list[Change] = field(default_factory=list)  # every timed cell compared, as judged (a list or none)
+    cells: list[Change] = field(default_factory=list)  # every timed cell compared, as judged
     base_cells: int = 0  # cells with a result at base (ok or failed)
     base_failures: int = 0  # of them, failed
     offsets: dict[tuple[str, str], float] = field(default_factory=dict)  # (mode, band) -> the move taken out
