@@ -258,11 +258,31 @@ class Ruler:
     benchmarks: Path
 
 
+def _tool_paths() -> list[str]:
+    """Folders outside this interpreter's site-packages that hold asv and asv_runner (a PYTHONPATH
+    entry, as on a box whose torch is not ours to install into): a child needs them to write its results."""
+    import importlib.util
+    import site
+
+    own = {os.path.realpath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
+    found: list[str] = []
+    for name in ("asv", "asv_runner"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        home = os.path.dirname(os.path.realpath(next(iter(spec.submodule_search_locations))))
+        if home not in own and home not in found:
+            found.append(home)
+    return found
+
+
 def _env(side: Side, ruler: Ruler, **extra: str) -> dict[str, str]:
     from relu2.asv_run import ENV_INSTRUMENT
     from relu2.interface import ENV_MEASURED
 
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ruler.instrument), str(side.site)]),
+    # The side's own folders first; the tools last, so they never shadow the code under test.
+    path = [str(ruler.instrument), str(side.site), *_tool_paths()]
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(path),
                 **{ENV_MEASURED: side.measured, ENV_INSTRUMENT: str(ruler.instrument)}, **extra)
 
 

@@ -183,3 +183,17 @@ def test_the_shipped_cpu_same_box_model_is_what_its_command_makes(tmp_path, monk
     again = noise.model_for(noise.load_models(tmp_path / "m.json"), "none", noise.SAME_BOX)
     assert again.fits == shipped.fits and again.l2_bytes == shipped.l2_bytes
     assert again.command == " ".join([*args[:-1], str(tmp_path / "m.json")])  # recorded as typed
+
+
+def test_a_side_s_process_finds_asv_where_the_caller_found_it(tmp_path):
+    # A GPU box's torch lives in an interpreter we do not install into, so asv comes from a PYTHONPATH
+    # folder; a side's process has its own PYTHONPATH and must still find it to write its results.
+    (tmp_path / "asv").mkdir()
+    (tmp_path / "asv" / "__init__.py").write_text("")
+    code = ("from relu2 import compare; from pathlib import Path\n"
+            "side = compare.Side('base', 'abc', Path('/x/site'))\n"
+            "ruler = compare.Ruler(Path('/x/instrument'), Path('/x/benchmarks'))\n"
+            "print(compare._env(side, ruler)['PYTHONPATH'])")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().split(os.pathsep) == ["/x/instrument", "/x/site", str(tmp_path)]
