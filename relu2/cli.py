@@ -309,18 +309,25 @@ def cmd_gate(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from relu2 import compare, lifecycle
 
+    if args.resume and not args.out:
+        from relu2.machine import UsageError
+
+        raise UsageError("--resume needs --out DIR: the incomplete compare to continue")
     out = Path(args.out) if args.out else compare.default_out()
 
     def saved() -> str:
-        return (f"the rounds so far are in {out} (compare.json: complete false)" if (out / "compare.json").exists()
+        kept = len(list((out / compare.ROUNDS_DIR).glob("*.pickle"))) if (out / compare.ROUNDS_DIR).is_dir() else 0
+        return (f"{kept} rounds are kept in {out / compare.ROUNDS_DIR} (compare.json: complete false; "
+                f"--resume --out {out} measures the rest)" if (out / compare.COMPARE_FILE).exists()
                 else "nothing was written")
 
     with lifecycle.guard("relu2 compare", saved):
         try:
             compare.measure(args.base, args.head, out, repo=args.repo, suites=args.suites, rounds=args.rounds,
-                            machine=args.machine, device=args.device, require_idle=args.require_idle)
+                            machine=args.machine, device=args.device, require_idle=args.require_idle,
+                            resume=args.resume)
         except RuntimeError as e:  # a round's process died: work not done, not bad input
-            print(f"relu2 compare: {e} (the rounds so far are in {out}, marked incomplete)", file=sys.stderr)
+            print(f"relu2 compare: {e}; {saved()}", file=sys.stderr)
             return 1
     if args.measure_only:
         print(f"relu2 compare: measured, not judged (--measure-only): relu2 gate --compare {out}")
@@ -707,6 +714,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", help="the machine name to record (default: asv's name for this host)")
     p.add_argument("--out", type=_out_dir, metavar="DIR",
                    help="a new or empty folder for the layout (default: .asv/compare/BASE8-HEAD8-TIME)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the incomplete compare in --out DIR (a run that died or was stopped): its rounds "
+                        "are kept, the rest measured on this box, then written and judged; refused if DIR was "
+                        "measured with other commits, rounds, cells, instrument or on another boot of the box")
     p.add_argument("--measure-only", action="store_true",
                    help="measure and write DIR, judge nothing (CI's measuring job; relu2 gate --compare DIR judges)")
     p.add_argument("--factor", type=_number(float, 1.0, strict=False), default=None,

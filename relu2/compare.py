@@ -56,6 +56,7 @@ from relu2.schema import SKIPPED  # also the key under which a commit says why i
 
 FORMAT = 1
 COMPARE_FILE = "compare.json"
+ROUNDS_DIR = "rounds"  # a run's rounds as they end, until its results are written (--resume reads them)
 SIDE_NAMES = ("base", "head")
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
 ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
@@ -317,27 +318,38 @@ class Measured:
 
 
 def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, device: str, *,
-                  cells: Sequence | None = None, say: Say = _stderr, label: str = "relu2 compare") -> Measured:
+                  cells: Sequence | None = None, say: Say = _stderr, label: str = "relu2 compare",
+                  keep: Path | None = None) -> Measured:
     """``rounds`` rounds of each side in ABBA order (``order``), each a fresh process measuring the
     suites' plan (or ``cells``, relu2.schema.Cell objects) once.  A cell that fails fails in its round
-    and is recorded so; a round's process that dies raises RuntimeError naming the round."""
+    and is recorded so; a round's process that dies raises RuntimeError naming the round.
+
+    ``keep``: the folder the rounds' files are written to as they end (else ``scratch``), so a run
+    that dies keeps what it measured; a round whose file is already there is not measured again."""
     by_name = {"base": b, "head": h}
     out = Measured(b, h, order(rounds), {"base": [], "head": []}, {"base": [], "head": []})
     started = time.perf_counter()
     caches = {name: scratch / f"caches-{name}" for name in SIDE_NAMES}
     for i, name in enumerate(out.order):
         side, r = by_name[name], i // 2 + 1
+        result = (keep or scratch) / f"round-{r}-{name}.pickle"
+        if result.is_file():
+            out.rounds[name].append(result)
+            out.seconds[name].append(0.0)
+            say(f"{label}: round {r}/{rounds} {name} ({side.commit[:8]}) kept from the earlier run")
+            continue
         caches[name].mkdir(exist_ok=True)
-        result = scratch / f"round-{r}-{name}.pickle"
-        request = {"device": device, "benchmarks": str(ruler.benchmarks), "out": str(result),
+        partial = result.with_suffix(".partial")
+        request = {"device": device, "benchmarks": str(ruler.benchmarks), "out": str(partial),
                    "cells": [[c.impl, c.dtype, list(c.shape)] for c in cells] if cells is not None else None}
         from relu2.rounds import ENV_CACHES, ENV_ROUNDS
 
         began = time.perf_counter()
         code, tail = _child("round", request, side, ruler, scratch, ROUND_TIMEOUT_S,
                             **{ENV_CACHES: str(caches[name]), ENV_ROUNDS: "1"})
-        if code != 0 or not result.is_file():
+        if code != 0 or not partial.is_file():
             raise RuntimeError(f"round {r} of {name} ({side.commit[:8]}): its process failed: {tail}")
+        partial.replace(result)  # a round is kept whole or not at all
         out.rounds[name].append(result)
         out.seconds[name].append(time.perf_counter() - began)
         say(f"{label}: round {r}/{rounds} {name} ({side.commit[:8]}) in {out.seconds[name][-1]:.0f} s, "
@@ -532,7 +544,7 @@ def _write_json(path: Path, data: dict) -> None:
 def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.PathLike | None = None,
             suites: Sequence[str] = (), rounds: int = DEFAULT_ROUNDS, machine: str | None = None,
             device: str | None = None, cells: Sequence | None = None, say: Say = _stderr,
-            require_idle: bool = False) -> Path:
+            require_idle: bool = False, resume: bool = False) -> Path:
     """Measure the commits ``base`` and ``head`` (git refs of ``repo``, default: the checkout around
     the current folder) on this machine in ``rounds`` interleaved rounds, every cell of ``suites``
     (default: all; ``RELU2_BENCH_QUICK``/``RELU2_BENCH_IMPLS`` narrow them as for asv), and write the
@@ -542,7 +554,12 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
 
     UsageError (one line, nothing written) for bad input; RuntimeError when a round's process failed
     (``out`` then holds compare.json with ``complete: false``).  ``require_idle``: UsageError, before
-    anything is written, when the machine is not quiet (``relu2.quiet``); else that is said."""
+    anything is written, when the machine is not quiet (``relu2.quiet``); else that is said.
+
+    Each round's file is kept in ``out/rounds/`` as it ends (removed once the results are written).
+    ``resume``: ``out`` holds an incomplete compare of the same commits, rounds, cells and box; its
+    rounds are kept, the others measured, then the results written.  The folder is trusted as this
+    tool's own (its rounds are pickles): resume only what you measured."""
     from asv.machine import Machine
 
     from relu2.machine import git_commit, resolve_device
@@ -552,7 +569,9 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     root = repo_root(repo)
     shas = {"base": resolve(root, base), "head": resolve(root, head)}
     folder = Path(out)
-    check_out(folder)
+    earlier = incomplete(folder) if resume else None
+    if not resume:
+        check_out(folder)
     check_instrument_env()
     benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
     if suites:
@@ -572,11 +591,14 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     with tempfile.TemporaryDirectory(prefix="relu2-compare-") as tmp, environ(env_suites):
         scratch = Path(tmp)
         info["suites"] = suite_names(benchmarks)
+        if earlier is not None:
+            check_resumable(folder, earlier, info)
+            info["started_at"] = earlier["started_at"]
         with ruler(scratch) as r, sides(root, shas["base"], shas["head"], scratch, say) as (b, h):
             check_measured_env([b.measured, h.measured])
-            folder.mkdir(exist_ok=True)
+            (folder / ROUNDS_DIR).mkdir(parents=True, exist_ok=True)
             _write_json(folder / COMPARE_FILE, info)
-            done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say)
+            done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say, keep=folder / ROUNDS_DIR)
             for side in (b, h):
                 code, tail = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
                                                "rounds": [str(p) for p in done.rounds[side.name]],
@@ -588,9 +610,39 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
                 info["gpu"] = json.loads(tail).get("gpu", "")
         info.update(finished_at=_now(), complete=True)
         _write_json(folder / COMPARE_FILE, info)
+        shutil.rmtree(folder / ROUNDS_DIR)  # the results hold every round's figures now
     say(f"relu2 compare: wrote {folder} (base {shas['base'][:8]}, head {shas['head'][:8]}, {rounds} rounds, "
         f"order {' '.join(s[0].upper() for s in info['order'])})")
     return folder
+
+
+# What must match for a compare to be resumed: the same measurement, on the same boot of the same box.
+RESUME_KEYS = ("box", "machine", "device", "base", "head", "rounds", "suites", "narrowed", "cells", "instrument")
+
+
+def incomplete(folder: Path) -> dict:
+    """The compare.json of an incomplete compare in ``folder``; UsageError (one line) if there is none."""
+    path = folder / COMPARE_FILE
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--resume: {folder} holds no {COMPARE_FILE} (nothing to resume)") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--resume: {path} is unreadable ({e})") from None
+    if not isinstance(info, dict) or info.get("format") != FORMAT:
+        raise UsageError(f"--resume: {path} is not a compare of format {FORMAT}")
+    if info.get("complete"):
+        raise UsageError(f"--resume: {folder} is complete (judge it: relu2 gate --compare {folder})")
+    return info
+
+
+def check_resumable(folder: Path, earlier: dict, now: dict) -> None:
+    """UsageError naming the first difference that makes ``earlier``'s rounds unpairable with ``now``'s."""
+    for key in RESUME_KEYS:
+        if earlier.get(key) != now.get(key):
+            why = " (another boot or another box: rounds of two boxes are not paired)" if key == "box" else ""
+            raise UsageError(f"--resume: {folder} was measured with another {key}{why}: "
+                             f"{json.dumps(earlier.get(key))} against {json.dumps(now.get(key))}")
 
 
 def default_out() -> Path:

@@ -155,6 +155,7 @@ def test_an_aa_compare_writes_the_layout_and_flags_no_kernel(planted, tmp_path):
         assert all(len(r.samples) == 12 for r in timed if r.status == "ok"), side  # one median a round
         assert all(r.status == "ok" for r in timed)
     assert (out / "report.json").is_file() and (out / "report.txt").is_file()
+    assert not (out / compare.ROUNDS_DIR).exists()  # the results hold the rounds now
     assert subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True,
                           text=True).stdout.count("\n") == 1  # the worktrees are gone
 
@@ -197,3 +198,47 @@ def test_a_side_s_process_finds_asv_where_the_caller_found_it(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip().split(os.pathsep) == ["/x/instrument", "/x/site", str(tmp_path)]
+
+
+@pytest.mark.slow
+def test_a_stopped_compare_keeps_its_rounds_and_resume_measures_only_the_rest(planted, tmp_path):
+    import signal
+
+    repo, base, head = planted
+    out = tmp_path / "c"
+    argv = [sys.executable, "-m", "relu2", "compare", base, head, "--repo", str(repo), "--suites", "Grid",
+            "--device", "cpu", "--machine", "ci", "--rounds", "2", "--factor", "1.4", "--out", str(out)]
+    run = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                           env=dict(os.environ, **QUICK))
+    lines = []
+    for line in run.stderr:  # stopped once round 1 of both sides has ended: round 2 is under way
+        lines.append(line)
+        if "round 1/2 head" in line:
+            run.send_signal(signal.SIGINT)
+            break
+    lines += run.stderr.readlines()
+    assert run.wait(timeout=120) != 0, "".join(lines)
+    kept = sorted(p.name for p in (out / compare.ROUNDS_DIR).glob("*.pickle"))
+    assert kept == ["round-1-base.pickle", "round-1-head.pickle"], "".join(lines)
+    assert not list((out / compare.ROUNDS_DIR).glob("*.partial"))
+    assert json.loads((out / "compare.json").read_text())["complete"] is False
+    assert "2 rounds are kept" in lines[-1] and "--resume" in lines[-1], lines[-1]
+
+    bad = list(argv)
+    bad[bad.index("--rounds") + 1] = "3"
+    other = subprocess.run([*bad, "--resume"], cwd=ROOT,
+                           capture_output=True, text=True, env=dict(os.environ, **QUICK), timeout=300)
+    assert other.returncode == 2 and "another rounds" in other.stderr, other.stderr
+    assert other.stderr.count("\n") == 1 and len(kept) == len(list((out / compare.ROUNDS_DIR).iterdir()))
+
+    done = subprocess.run([*argv, "--resume"], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, **QUICK), timeout=600)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    assert done.stderr.count("kept from the earlier run") == 2, done.stderr
+    assert "round 2/2 head" in done.stderr and "round 2/2 base" in done.stderr
+    info = json.loads((out / "compare.json").read_text())
+    assert info["complete"] is True and not (out / compare.ROUNDS_DIR).exists()
+    timed = [r for r in _records(out / "head") if r.benchmark.endswith("_hot") and r.status == "ok"]
+    assert timed and all(len(r.samples) == 2 for r in timed)  # both rounds, the kept one included
+    again = subprocess.run([*argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "is complete" in again.stderr, again.stderr
