@@ -127,7 +127,8 @@ head ... so neither side always runs first, and a drift of the box falls on both
 
 What is paired: head round i with base round i, measured one after the other on one box. Both
 sides are written as plain asv results (DIR/base/, DIR/head/: samples one median per round, in round
-order) with DIR/compare.json.
+order) with DIR/compare.json. Each round is kept in DIR/rounds/ as it ends: a compare that dies or
+is stopped (Ctrl-C) loses no measured round, and --resume --out DIR measures only the rest.
 
 The verdict (relu2 gate --compare DIR, run after measuring): a cell moved by the median over rounds
 of head round i / the median of base rounds i-1..i+1, judged against the same-box noise model of

@@ -155,7 +155,7 @@ compare_step() {  # compare_step BASE,HEAD
   # From $ROOT, not the clone: `python3 -m` puts the current folder first on sys.path, and the
   # instrument must be this checkout's (the clone's relu2 is whatever the bundle held).
   run "compare-$name" bash -c "cd $ROOT && t0=\$SECONDS; timeout -s INT $limit python3 -m relu2 compare $base $head --repo $repo --machine $MACHINE \
-    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} --out $folders/$name; echo compare exit \$? in \$((SECONDS - t0)) s"
+    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
   tar -C $folders -czf "$OUT/compare.tgz" .
 }
 
