@@ -285,7 +285,14 @@ def test_the_gpu_job_measures_with_the_default_branchs_instrument_and_decides_no
     assert measuring["working-directory"] == "instrument"
     assert re.search(r'^relu2 compare "\$BASE" "\$HEAD" --measure-only --machine "\$MACHINE" --out ',
                      measuring["run"], re.M)
-    assert not re.search(r"relu2\"? gate", runs)  # no verdict where the head's code runs
+    # No verdict where the head's code runs: its one gate picks the cells to measure again, into a file
+    # outside the uploaded folder, read by relu2 confirm alone.
+    again = _step(measure, "Measure again what the compare flags")
+    assert re.findall(r"relu2\"? gate.*", runs) == [
+        'relu2 gate --compare "$dir" --format json > "$SCRATCH/flagged.json" || code=$?']
+    assert '--from-gate "$SCRATCH/flagged.json"' in again["run"] and again["working-directory"] == "instrument"
+    names = [st.get("name") for st in measure["steps"]]
+    assert names.index("Measure base and head") < names.index(again["name"]) < len(names) - 1
     upload = measure["steps"][-1]
     assert str(upload["uses"]).startswith("actions/upload-artifact@")
     assert upload["with"]["name"] == "measured-${{ matrix.gpu }}"
@@ -378,10 +385,43 @@ def test_a_hosted_job_with_a_fresh_instrument_judges_the_uploaded_figures():
         "Judge each machine")
     script = _step(judge, "Judge each machine")["run"]
     assert 'cd "$RUNNER_TEMP/empty"' in script
-    assert '"$RUNNER_TEMP/venv/bin/relu2" gate --compare "$dir" --format markdown' in script
+    assert '"$RUNNER_TEMP/venv/bin/relu2" gate --compare "$dir" "${confirmed[@]}" --format markdown' in script
     for job_id, job in _jobs().items():  # never a committed result: compare measured both sides on the box
         assert not re.search(r"results/|--results", json.dumps(job)), job_id
     assert "head.sha" not in json.dumps(_checkouts(judge))
+
+
+@pytest.mark.parametrize("gate_exit, confirms", [(1, True), (0, False), (2, False)])
+def test_the_gpu_job_measures_again_only_what_the_compare_flags(tmp_path, gate_exit, confirms):
+    script = _step(_jobs()["measure"], "Measure again what the compare flags")["run"]
+    bin_dir, scratch, folder = tmp_path / "venv" / "bin", tmp_path / "scratch", tmp_path / "measured" / "h200"
+    bin_dir.mkdir(parents=True)
+    scratch.mkdir()
+    folder.mkdir(parents=True)
+    (bin_dir / "activate").write_text(f'PATH="{bin_dir}:$PATH"\n')
+    (bin_dir / "relu2").write_text(f'#!/bin/sh\necho "$*" >> "{tmp_path}/calls"\n'
+                                   f'[ "$1" = gate ] && {{ echo "{{}}"; exit {gate_exit}; }}\nexit 0\n')
+    (bin_dir / "relu2").chmod(0o755)
+    env = {**os.environ, "SCRATCH": str(tmp_path), "RUNNER_TEMP": str(tmp_path), "BASE": BASE, "HEAD": HEAD,
+           "MACHINE": "h200"}
+    run = subprocess.run(["bash", "-e", "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr  # picking cells decides nothing: the judge fails what must fail
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls[0] == f"gate --compare {folder} --format json"
+    expected = [f"confirm {BASE} {HEAD} --from-gate {tmp_path}/flagged.json --machine h200 --out {folder}/confirm.json"]
+    assert calls[1:] == (expected if confirms else [])
+
+
+def test_the_judge_reads_a_re_measurement_beside_the_figures(tmp_path):
+    if shutil.which("jq") is None:
+        pytest.skip("jq is not installed (it is on GitHub's hosted runners)")
+    _stand_in_relu2(tmp_path / "venv" / "bin", 0, body="### relu2 gate: PASS")
+    h200 = _compare_folder(tmp_path, "h200")
+    (h200 / "confirm.json").write_text("{}")
+    _compare_folder(tmp_path, "h100")
+    _, reports = _judge(tmp_path)
+    assert f"gate --compare {h200} --confirmed {h200}/confirm.json --format markdown" in reports["h200"]["report"]
+    assert "--confirmed" not in reports["h100"]["report"]
 
 
 def _stand_in_relu2(bin_dir: Path, exit_code: int, body: str = "### relu2 gate: FAIL") -> Path:
