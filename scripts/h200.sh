@@ -21,7 +21,9 @@
 #     planted=PATCH a branch planted-NAME in the clone: main with docs/aa/PATCH applied and committed
 #                   (NAME: the patch's name without .patch), for compare=main,planted-NAME
 #     compare=BASE,HEAD  relu2 compare BASE HEAD on this box (the checkout's instrument, the clone's
-#                   commits; BASE,BASE is an A/A), timed; the folders come back in compare.tgz
+#                   commits; BASE,BASE is an A/A), timed; the folders come back in compare.tgz;
+#                   with RELU2_DEADLINE, not started under RELU2_COMPARE_S (300) s left and stopped
+#                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume)
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
