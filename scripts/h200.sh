@@ -97,16 +97,19 @@ smoke() {
       --out "$OUT/sweep-smoke"
 }
 
+too_late() {  # too_late STEP NEED VAR: under RELU2_DEADLINE, says "not started" when fewer than NEED s are left
+  [ -n "${RELU2_DEADLINE:-}" ] || return 1
+  local left=$(( RELU2_DEADLINE - $(date +%s) ))
+  [ "$left" -lt "$2" ] || return 1
+  echo "-- $1: not started, $left s left ($3 $2)" | tee -a "$LOG/summary.txt"
+}
+
 asv_run() {  # asv_run REV [MACHINE [RESULTS_DIR]]
   local rev=$1 machine=${2:-$MACHINE} results=${3:-$RESULTS} repo=/tmp/relu2-repo spec config
   # RELU2_DEADLINE (epoch seconds): a commit is not started when fewer than RELU2_STEP_S seconds
   # are left, so a call ends inside the device tool's limit with every started commit saved (an asv
   # run killed mid-commit loses that commit and can leave its workers measuring beside the next).
-  if [ -n "${RELU2_DEADLINE:-}" ] && [ $(( RELU2_DEADLINE - $(date +%s) )) -lt "${RELU2_STEP_S:-200}" ]; then
-    echo "-- asv-$machine-$rev: not started, $(( RELU2_DEADLINE - $(date +%s) )) s left (RELU2_STEP_S ${RELU2_STEP_S:-200})" |
-      tee -a "$LOG/summary.txt"
-    return 0
-  fi
+  too_late "asv-$machine-$rev" "${RELU2_STEP_S:-200}" RELU2_STEP_S && return 0
   install_asv || { echo "asv install failed"; return 1; }
   [ -d $repo ] || git clone -q "$ROOT/.whl/repo.bundle" $repo
   (cd $repo && git fetch -q "$ROOT/.whl/repo.bundle" '+refs/heads/*:refs/remotes/bundle/*' 2>/dev/null; true)
@@ -144,14 +147,9 @@ compare_step() {  # compare_step BASE,HEAD
   # Under RELU2_DEADLINE a compare is not started with fewer than RELU2_COMPARE_S (300) s left, and is
   # stopped 20 s before it (its rounds so far are kept, compare.json complete false), so the call
   # returns its folders inside the device tool's limit.
+  too_late "compare-$name" $(( ${RELU2_COMPARE_S:-300} + 20 )) RELU2_COMPARE_S+20 && return 0
   local limit=${RELU2_ASV_TIMEOUT:-540}
-  if [ -n "${RELU2_DEADLINE:-}" ]; then
-    limit=$(( RELU2_DEADLINE - $(date +%s) - 20 ))
-    if [ $limit -lt "${RELU2_COMPARE_S:-300}" ]; then
-      echo "-- compare-$name: not started, $limit s left (RELU2_COMPARE_S ${RELU2_COMPARE_S:-300})" | tee -a "$LOG/summary.txt"
-      return 0
-    fi
-  fi
+  [ -z "${RELU2_DEADLINE:-}" ] || limit=$(( RELU2_DEADLINE - $(date +%s) - 20 ))
   mkdir -p $folders
   export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl" PIP_CONFIG_FILE=/dev/null
   # From $ROOT, not the clone: `python3 -m` puts the current folder first on sys.path, and the
