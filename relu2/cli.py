@@ -317,8 +317,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else compare.default_out()
 
     def saved() -> str:
-        kept = len(list((out / compare.ROUNDS_DIR).glob("*.pickle"))) if (out / compare.ROUNDS_DIR).is_dir() else 0
-        return (f"{kept} rounds are kept in {out / compare.ROUNDS_DIR} (compare.json: complete false; "
+        return (f"{compare.kept_rounds(out)} rounds are kept in {out / compare.ROUNDS_DIR} (compare.json: complete false; "
                 f"--resume --out {out} measures the rest)" if (out / compare.COMPARE_FILE).exists()
                 else "nothing was written")
 

@@ -620,6 +620,11 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
 RESUME_KEYS = ("box", "machine", "device", "base", "head", "rounds", "suites", "narrowed", "cells", "instrument")
 
 
+def kept_rounds(folder: Path) -> int:
+    """How many measured rounds an incomplete compare in ``folder`` keeps for ``--resume``."""
+    return len(list((folder / ROUNDS_DIR).glob("round-*.pickle")))
+
+
 def incomplete(folder: Path) -> dict:
     """The compare.json of an incomplete compare in ``folder``; UsageError (one line) if there is none."""
     path = folder / COMPARE_FILE
