@@ -419,9 +419,9 @@ def cmd_noise(args: argparse.Namespace) -> int:
     from relu2 import gate
 
     if args.action == "check":
-        if args.same_box:
-            return _fail("noise", "check is leave-one-box-out over results folders; --same-box is for learn")
-        print(gate.format_check(gate.noise_check(args.results, args.exclude_box)))
+        if not args.results and not args.same_box:
+            return _fail("noise", "check needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
+        print(gate.format_check(gate.noise_check(args.results, args.exclude_box, same_box=args.same_box)))
         return 0
     if not args.out:
         return _fail("noise", "learn needs --out FILE (the shipped model, relu2/noise_model.json, is written only "
@@ -788,16 +788,17 @@ def build_parser() -> argparse.ArgumentParser:
                        "boxes in one folder (one GPU model), the cells whose kernel did not change, learn per "
                        "implementation family, timing mode and band how far they move (the cross-box model); "
                        "relu2 noise learn --same-box COMPARE_DIR... --out FILE: the same from A/A compare folders "
-                       "(the same-box model). relu2 noise check RESULTS_DIR...: the same, each box left out in turn, "
-                       "as a table (docs/methodology.md).")
+                       "(the same-box model). relu2 noise check RESULTS_DIR... (or --same-box COMPARE_DIR...): the "
+                       "same, each box left out in turn, as a table (docs/methodology.md); a same-box check counts "
+                       "each compare folder as its own no-change comparison.")
     p.add_argument("action", choices=("learn", "check"),
                    help="learn: write the model; check: leave each box out in turn (or each --exclude-box), learn "
                    "without it, and print per family, mode and band the false flags and the share of planted "
                    "slowdowns caught on the pairs that include it (out of sample)")
     p.add_argument("results", nargs="*", metavar="RESULTS_DIR")
     p.add_argument("--same-box", action="append", default=[], metavar="COMPARE_DIR",
-                   help="learn the same-box model from these compare folders (A/A: cells whose kernel is the same "
-                   "on both sides)")
+                   help="learn (or check) the same-box model from these compare folders (A/A: cells whose kernel "
+                   "is the same on both sides, so a planted compare's other implementations count too)")
     p.add_argument("--out", default=None, help="where to write the model (required for learn; a file that holds "
                    "models of other GPUs or kinds keeps them)")
     p.add_argument("--exclude-box", action="append", default=[], metavar="FOLDER:MACHINE",

@@ -460,14 +460,22 @@ def resolve_boxes(results_dirs: Sequence[str], names: Sequence[str]) -> list[str
 
 
 def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
-                factors: Sequence[float] = (1.05, 1.07, 1.10, 1.20)) -> dict[str, Any]:
+                factors: Sequence[float] = (1.05, 1.07, 1.10, 1.20), *,
+                same_box: Sequence[str] = ()) -> dict[str, Any]:
     """Leave-one-box-out, by the gate's own rule: learn without each box in turn (``held_out``, default
-    every box in a cross-box pair), judge every pair that includes it both ways, and count (a) the
-    no-change comparisons that fail (any false flag) and (b) per family, mode and band, the share of
-    cases caught when the head's cells are made ``factor`` slower; each for the pairs of today's
-    methods (rounds) and for all."""
-    named = resolve_boxes(results_dirs, held_out) if held_out else []
-    seen, runs, fixed = cross_box_seen(results_dirs)
+    every box in a cross-box pair; with ``same_box`` compare folders, every box that made one), judge
+    every pair that includes it both ways, and count (a) the no-change comparisons that fail (any false
+    flag) and (b) per family, mode and band, the share of cases caught when the head's cells are made
+    ``factor`` slower; each for the pairs of today's methods (rounds) and for all."""
+    if same_box:
+        if results_dirs or held_out:
+            raise GateInputError("a same-box check leaves each box of its compare folders out in turn: "
+                                 "no RESULTS_DIR or --exclude-box beside --same-box")
+        seen, runs, fixed = same_box_seen(same_box)
+        named = []
+    else:
+        named = resolve_boxes(results_dirs, held_out) if held_out else []
+        seen, runs, fixed = cross_box_seen(results_dirs)
     boxes = sorted({b for p in seen for b in p.boxes})
     chosen = named or boxes
     comparisons: dict[tuple[str, str], dict] = {}

@@ -376,6 +376,7 @@ class PairSeen:
     offsets: Mapping[tuple[str, str], float]
     repicks: tuple[float, ...] = ()  # |move| of the autotuned cells whose pick alone changed
     today: bool = False  # its figures are of today's methods (rounds), as the gate judges new runs
+    label: str = ""  # a same-box pair's compare folder: one box makes many, each its own comparison
 
 
 def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
@@ -388,7 +389,8 @@ def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
     from relu2.schema import mode as mode_named
 
     today = any(x.version == mode_named(x.cell.measure).asv_version for x, _ in kept if x.cell.measure in GATED_MODES)
-    return PairSeen((a.box, b.box), tuple(observe(a, b, l2_bytes, paired)), offsets, repicks, today)
+    label = f"{a.machine}: {os.path.basename(os.path.normpath(a.source))}" if paired and a.source else ""
+    return PairSeen((a.box, b.box), tuple(observe(a, b, l2_bytes, paired)), offsets, repicks, today, label)
 
 
 def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, book: WidthBook | None = None,
@@ -459,8 +461,9 @@ def held_out(seen: Sequence[PairSeen], box: str, **kwargs: Any) -> tuple[NoiseMo
             typical = model.fit_for(o.group).typical_width
             cross = model.kind == CROSS_BOX
             a, b = p.boxes
-            for moved, base_s, name, reverse in ((o.moved, o.base_s, f"{a} -> {b}", False),
-                                                 (-o.moved, o.base_s * math.exp(o.moved), f"{b} -> {a}", True)):
+            ahead, back = (p.label, f"{p.label}, reversed") if p.label else (f"{a} -> {b}", f"{b} -> {a}")
+            for moved, base_s, name, reverse in ((o.moved, o.base_s, ahead, False),
+                                                 (-o.moved, o.base_s * math.exp(o.moved), back, True)):
                 width = o.width(widths, typical, reverse) if cross else 0.0
                 cases.append((o.group, moved, base_s, width, math.log(ratio), name, p.today))
     return model, cases

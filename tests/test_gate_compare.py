@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
 from relu2 import cli, noise  # noqa: E402
-from relu2.gate import GateInputError, gate_compare, noise_learn  # noqa: E402
+from relu2.gate import GateInputError, gate_compare, noise_check, noise_learn  # noqa: E402
 from relu2.schema import MODE_NAMES, mode  # noqa: E402
 
 
@@ -201,3 +201,25 @@ def test_the_text_shows_the_ratio_judged_beside_the_medians_ratio(tmp_path):
     row = next(line for line in text.splitlines() if line.endswith(fx.PLANTED_LABEL))
     assert header and row.split()[1] == f"{report.regressions[0].moved:.2f}x" == "1.50x"
     assert "| ratio | judged |" in report.markdown()
+
+
+def test_noise_check_same_box_leaves_each_box_out_and_names_each_compare(tmp_path, capsys):
+    """The same-box model's out-of-sample check: learned without each box in turn, every compare folder
+    of that box judged (both ways) by the gate's rule; one box makes many folders, each its own
+    comparison, and a cell that moved 1.3x on the box left out fails its folder."""
+    eager = ("bench_relu2.Grid.track_hot", {"impl": "eager", "dtype": "float32", "numel": 65536})
+    small = [(PLANTED, 1.004), (eager, 0.997)]
+    folders = [str(make_compare(tmp_path / f"aa{i}-{j}", fx.COMMIT_3, fx.COMMIT_3, box=f"boot-{i}",
+                                head_scale=[(eager, 1.3)] if (i, j) == (2, 0) else small))
+               for i in range(3) for j in range(2)]
+    check = noise_check([], same_box=folders)
+    assert sorted(check["boxes"]) == ["boot-0", "boot-1", "boot-2"]
+    names = sorted(c["comparison"] for c in check["comparisons"])
+    assert len(names) == 12 and f"{fx.MACHINE}: aa2-0" in names and f"{fx.MACHINE}: aa2-0, reversed" in names
+    failing = {c["comparison"]: c["held_out"] for c in check["comparisons"] if c["false_flags"]}
+    assert failing.get(f"{fx.MACHINE}: aa2-0") == "boot-2"
+    assert cli.main(["noise", "check", *(f"--same-box={d}" for d in folders)]) == 0
+    assert "no-change comparisons fail" in capsys.readouterr().out
+    # one kind at a time, and a check needs something to check
+    assert cli.main(["noise", "check", str(fx.RESULTS), f"--same-box={folders[0]}"]) == 2
+    assert cli.main(["noise", "check"]) == 2
