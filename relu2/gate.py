@@ -477,6 +477,8 @@ def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
         named = resolve_boxes(results_dirs, held_out) if held_out else []
         seen, runs, fixed = cross_box_seen(results_dirs)
     boxes = sorted({b for p in seen for b in p.boxes})
+    if len(boxes) < 2:
+        raise GateInputError(f"compares of {len(boxes)} box: leaving a box out needs at least two")
     chosen = named or boxes
     comparisons: dict[tuple[str, str], dict] = {}
     groups: dict[str, dict[tuple, dict]] = {"today": {}, "all": {}}

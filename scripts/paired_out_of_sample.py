@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -27,10 +26,7 @@ from relu2.verdict import GATED_MODES
 
 
 def folders_of(root: Path) -> list[Path]:
-    found = sorted(p.parent for p in root.glob("*/compare.json"))
-    if not found:
-        sys.exit(f"paired_out_of_sample: {root}: no compare folders (DIR/*/compare.json)")
-    return found
+    return sorted(p.parent for p in root.glob("*/compare.json"))
 
 
 def bands_of(report, impl: str, l2: int) -> dict[tuple[str, str], tuple[list[float], int]]:
@@ -53,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--impl", default="fused", help="the implementation a planted branch changes (default fused)")
     args = ap.parse_args(argv)
     folders = folders_of(args.root)
+    if not folders:
+        ap.error(f"{args.root}: no compare folders (DIR/*/compare.json)")
     boxes = sorted({read_compare(f).box for f in folders})
     if len(boxes) < 2:
-        sys.exit(f"paired_out_of_sample: {args.root}: compares of {len(boxes)} box; leaving one out needs two")
+        ap.error(f"{args.root}: compares of {len(boxes)} box; leaving one out needs two")
     verdicts, planted = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for box in boxes:

@@ -223,3 +223,4 @@ def test_noise_check_same_box_leaves_each_box_out_and_names_each_compare(tmp_pat
     # one kind at a time, and a check needs something to check
     assert cli.main(["noise", "check", str(fx.RESULTS), f"--same-box={folders[0]}"]) == 2
     assert cli.main(["noise", "check"]) == 2
+    assert cli.main(["noise", "check", f"--same-box={folders[0]}", f"--same-box={folders[1]}"]) == 2  # one box
