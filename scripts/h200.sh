@@ -21,7 +21,8 @@
 #     planted=PATCH a branch planted-NAME in the clone: main with docs/aa/PATCH applied and committed
 #                   (NAME: the patch's name without .patch), for compare=main,planted-NAME
 #     compare=BASE,HEAD  relu2 compare BASE HEAD on this box (the checkout's instrument, the clone's
-#                   commits; BASE,BASE is an A/A), timed; the folders come back in compare.tgz;
+#                   commits; BASE,BASE is an A/A; a repeat on a warm box gets DIR-2, -3), timed; the
+#                   folders come back in compare.tgz;
 #                   with RELU2_DEADLINE, not started under RELU2_COMPARE_S (300) s left and stopped
 #                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume)
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
@@ -143,6 +144,9 @@ compare_step() {  # compare_step BASE,HEAD
   local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo folders=/tmp/relu2-compare
   local name
   name=$MACHINE-$(echo "$1" | tr -c 'a-zA-Z0-9\n' '_')
+  # A second compare of the same refs on a warm box (another A/A) gets a folder of its own: -2, -3, ...
+  local n=1 first=$name
+  while [ -e "$folders/$name" ]; do n=$((n + 1)); name=$first-$n; done
   install_asv && clone || { echo "compare needs asv and the clone"; return 1; }
   # Under RELU2_DEADLINE a compare is not started with fewer than RELU2_COMPARE_S (300) s left, and is
   # stopped 20 s before it (its rounds so far are kept, compare.json complete false), so the call
