@@ -29,17 +29,14 @@ def folders_of(root: Path) -> list[Path]:
     return sorted(p.parent for p in root.glob("*/compare.json"))
 
 
-def bands_of(report, impl: str, l2: int) -> dict[tuple[str, str], tuple[list[float], int]]:
-    """(mode, band) -> (the moves of ``impl``'s timed cells, how many of them were flagged)."""
+def bands_of(report, impl: str, l2: int) -> dict[tuple[str, str], list[tuple[float, bool]]]:
+    """(mode, band) -> (move, flagged) of each of ``impl``'s timed cells."""
     flagged = {c.label for c in report.regressions}
-    out: dict[tuple[str, str], tuple[list[float], int]] = defaultdict(lambda: ([], 0))
+    out: dict[tuple[str, str], list[tuple[float, bool]]] = defaultdict(list)
     for c in report.cells:
         cell = decode(c.benchmark, c.params, c.unit)
-        if cell.impl != impl or cell.measure not in GATED_MODES:
-            continue
-        key = (cell.measure, noise.band_of_cell(cell, l2))
-        moves, n = out[key]
-        out[key] = ([*moves, c.moved], n + (c.label in flagged))
+        if cell.impl == impl and cell.measure in GATED_MODES:
+            out[(cell.measure, noise.band_of_cell(cell, l2))].append((c.moved, c.label in flagged))
     return out
 
 
@@ -51,18 +48,20 @@ def main(argv: list[str] | None = None) -> int:
     folders = folders_of(args.root)
     if not folders:
         ap.error(f"{args.root}: no compare folders (DIR/*/compare.json)")
-    boxes = sorted({read_compare(f).box for f in folders})
+    metas = {f: read_compare(f) for f in folders}
+    boxes = sorted({m.box for m in metas.values()})
     if len(boxes) < 2:
         ap.error(f"{args.root}: compares of {len(boxes)} box; leaving one out needs two")
     verdicts, planted = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for box in boxes:
-            mine = [f for f in folders if read_compare(f).box == box]
             model = Path(tmp) / f"without-{box}.json"
-            noise_learn([], model, same_box=[str(f) for f in folders if f not in mine])
-            for f in mine:
-                meta = read_compare(f)
-                l2 = noise.l2_of(compare_sides(meta)[1].info) or noise.KNOWN_L2["H200"]
+            noise_learn([], model, same_box=[str(f) for f, m in metas.items() if m.box != box])
+            for f in (f for f, m in metas.items() if m.box == box):
+                meta = metas[f]
+                l2 = noise.l2_of(compare_sides(meta)[1].info)
+                if l2 is None:
+                    ap.error(f"{f}: its machine.json records no l2_bytes")
                 shipped, held = gate_compare(f), gate_compare(f, noise_model=model)
                 verdicts.append((f.name, meta.base == meta.head, shipped, held))
                 if meta.base != meta.head:
@@ -75,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{name}: {args.impl}'s cells, flagged by the shipped model / the same-box model (box left out)")
         print("  mode  band      cells  median move  shipped  same-box")
         for key in sorted(s, key=lambda k: (k[0], noise.BAND_NAMES.index(k[1]))):
-            moves, n_s = s[key]
-            print(f"  {key[0]:<5} {key[1]:<9} {len(moves):>5}  {statistics.median(moves):>10.3f}x  {n_s:>7}  {h[key][1]:>8}")
+            moves = [m for m, _ in s[key]]
+            print(f"  {key[0]:<5} {key[1]:<9} {len(moves):>5}  {statistics.median(moves):>10.3f}x  "
+                  f"{sum(f for _, f in s[key]):>7}  {sum(f for _, f in h[key]):>8}")
     return 0
 
 
