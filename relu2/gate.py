@@ -405,7 +405,9 @@ def same_box_seen(compare_dirs: Sequence[str]) -> tuple[list, list, dict]:
     if l2 is None:
         raise GateInputError(f"no L2 size known for {gpu or 'this machine'}: record l2_bytes in machine.json")
     seen = [noise.seen_in(a, b, l2, paired=True) for a, b in pairs]
-    return seen, [r for p in pairs for r in p], {"gpu": gpu, "kind": noise.SAME_BOX, "l2_bytes": l2}
+    runs = [r for p in pairs for r in p]
+    return seen, runs, {"gpu": gpu, "kind": noise.SAME_BOX, "l2_bytes": l2,
+                        "book": noise.WidthBook(runs, noise.paired_widths_of)}
 
 
 def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box: Sequence[str] = (),

@@ -13,9 +13,11 @@ timing mode and band; learned from recorded runs, checked on boxes it did not le
   none is refused by the gate (or gated by ``--factor`` only, saying so).
 * **What a pair of runs moved.**  Per cell whose kernel did not change (same fingerprint, or a
   reference), of the methods its mode learns from (``relu2.schema.Mode.noise_versions``): the move
-  after the references' move in its mode and band (as the gate judges it), beyond the cell's width
-  (the median over recorded runs of the log(max/min) of its rounds: a robust width, not the widest
-  ever seen; cross-box only).
+  after the references' move in its mode and band (as the gate judges it), beyond the cell's width:
+  how far its rounds spread between processes, a robust figure, not the widest ever seen.  Cross-box:
+  log(q90/q10) of its rounds over every run (``widths_of``); same-box: the median over sides of
+  log(max/min) of one side's rounds (``paired_widths_of``), since a paired move never sees a box's
+  level.  A cell noisier than its band (the 2^28 cells) is judged wider, and its band is not.
 * **The threshold** of a group is an exponential tail fitted beyond the 90th percentile of those
   residuals, every pair of runs weighing the same whatever its cell count (no single pair sets a
   threshold), at each gated cell's share of the budget (``BUDGET`` / gated cells: at most 1 run of
@@ -39,7 +41,7 @@ import math
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from relu2.asv_names import SUMMARY, Cell
 from relu2.asv_results import Measurement
@@ -161,8 +163,6 @@ class NoiseModel:
 
     def width(self, m: Measurement, key: tuple[str, str, str]) -> float:
         """A cell's spread between processes (a log); its group's median when none is recorded."""
-        if self.kind == SAME_BOX:
-            return 0.0
         w = self.widths.get(width_key(m))
         if w is not None:
             return w
@@ -297,15 +297,16 @@ class WidthBook:
     """Widths learned from ``runs`` less some boxes' runs (and their copies in other folders): a pair
     of runs is judged at widths that its own rounds did not make, as the gate judges two new runs."""
 
-    def __init__(self, runs: Sequence[Run]) -> None:
+    def __init__(self, runs: Sequence[Run], measure: Callable[[Sequence[Run]], dict[str, float]] | None = None) -> None:
         self.runs = list(runs)
+        self.measure = measure or widths_of
         self._cache: dict[frozenset, dict[str, float]] = {}
 
     def without(self, boxes: Iterable[str] = ()) -> dict[str, float]:
         key = frozenset(boxes)
         if key not in self._cache:
             gone = {run_identity(r) for r in self.runs if r.box in key}
-            self._cache[key] = widths_of([r for r in self.runs if run_identity(r) not in gone])
+            self._cache[key] = self.measure([r for r in self.runs if run_identity(r) not in gone])
         return self._cache[key]
 
 
@@ -329,6 +330,22 @@ def widths_of(runs: Sequence[Run]) -> dict[str, float]:
             seen_runs.add(once)
             rounds.setdefault(width_key(m), []).extend(s for s in m.samples if s > 0)
     return {k: math.log(quantile(v, 0.9) / quantile(v, 0.1)) for k, v in rounds.items() if len(v) >= 2}
+
+
+def paired_widths_of(runs: Sequence[Run]) -> dict[str, float]:
+    """Per cell and kernel, how far its rounds spread within one side of a compare: the median over
+    sides of log(max/min) of its rounds.  Within a side, not pooled over sides as ``widths_of`` does:
+    boxes differ in a cell's level (2^28 cells by 1-3%), and a paired move never sees that."""
+    from relu2.schema import mode as mode_named
+
+    spreads: dict[str, list[float]] = {}
+    for run in runs:
+        for m in run.measurements:
+            clean = [s for s in m.samples if s > 0]
+            if (m.cell.measure in GATED_MODES and m.status == OK and m.rounds and len(clean) >= 2
+                    and m.version == mode_named(m.cell.measure).asv_version):
+                spreads.setdefault(width_key(m), []).append(math.log(max(clean) / min(clean)))
+    return {k: quantile(v, 0.5) for k, v in spreads.items()}
 
 
 @dataclass(frozen=True)
@@ -363,7 +380,7 @@ def observe(a: Run, b: Run, l2_bytes: int, paired: bool) -> list[Observation]:
         group = group_of(x.cell, l2_bytes)
         moved = move(Figure.of(x), Figure.of(y), paired) - offsets.get((x.cell.measure, group[2]), 0.0)
         out.append(Observation(group, moved, float(x.value), 0.0 if paired else x.width,
-                               "" if paired else width_key(x), 0.0 if paired else y.width))
+                               width_key(x), 0.0 if paired else y.width))
     return out
 
 
@@ -400,8 +417,7 @@ def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, book: W
     adds those).  A pair's residuals are taken at widths learned without its two boxes (``book``),
     the model's widths without ``exclude``."""
     exclude = frozenset(exclude)
-    cross = kind == CROSS_BOX and book is not None
-    widths = book.without(exclude) if cross else {}
+    widths = book.without(exclude) if book is not None else {}
     typical: dict[tuple, float] = {}
     by: dict[tuple, list[float]] = {}
     for p in seen:
@@ -411,7 +427,7 @@ def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, book: W
     typical = {g: quantile(v, 0.5) for g, v in by.items()}
     by_group: dict[tuple[str, str, str], list[list[float]]] = {}
     for p in seen:
-        own = book.without(exclude | set(p.boxes)) if cross else {}
+        own = book.without(exclude | set(p.boxes)) if book is not None else {}
         mine: dict[tuple[str, str, str], list[float]] = {}
         for o in p.observations:  # both directions: each with its base's rounds
             for reverse in (False, True):
@@ -452,19 +468,18 @@ def held_out(seen: Sequence[PairSeen], box: str, **kwargs: Any) -> tuple[NoiseMo
     for p in seen:
         if box not in p.boxes:
             continue
-        widths = book.without(p.boxes) if book is not None and model.kind == CROSS_BOX else {}
+        widths = book.without(p.boxes) if book is not None else {}
         gated = len(p.observations)
         for o in p.observations:
             ratio = model.ratio(o.group, gated)
             if ratio is None:
                 continue
             typical = model.fit_for(o.group).typical_width
-            cross = model.kind == CROSS_BOX
             a, b = p.boxes
             ahead, back = (p.label, f"{p.label}, reversed") if p.label else (f"{a} -> {b}", f"{b} -> {a}")
             for moved, base_s, name, reverse in ((o.moved, o.base_s, ahead, False),
                                                  (-o.moved, o.base_s * math.exp(o.moved), back, True)):
-                width = o.width(widths, typical, reverse) if cross else 0.0
+                width = o.width(widths, typical, reverse)
                 cases.append((o.group, moved, base_s, width, math.log(ratio), name, p.today))
     return model, cases
 

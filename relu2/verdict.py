@@ -71,7 +71,7 @@ class VerdictInputError(ResultsError):
 @dataclass(frozen=True)
 class Rule:
     """When a slower figure counts: a move beyond ``ratio`` times the cell's spread AND beyond
-    ``floor_s`` seconds.  ``width`` is the cell's spread between processes (a log, cross-box only)."""
+    ``floor_s`` seconds.  ``width`` is the cell's spread between processes (a log, from its noise model)."""
 
     gated: bool
     ratio: float

@@ -4,6 +4,7 @@ same-box model learned from A/A compares.  The folders are made here from the sy
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
 from relu2 import cli, noise  # noqa: E402
-from relu2.gate import GateInputError, gate_compare, noise_check, noise_learn  # noqa: E402
+from relu2.gate import GateInputError, compare_runs, gate_compare, noise_check, noise_learn  # noqa: E402
 from relu2.schema import MODE_NAMES, mode  # noqa: E402
 
 
@@ -141,6 +142,32 @@ def test_the_same_box_model_is_learned_from_aa_compares_and_used(tmp_path):
     report = gate_compare(make_compare(tmp_path / "ab", fx.COMMIT_2, fx.COMMIT_3), noise_model=out)
     assert report.noise["model"] == f"{fx.GPU} ({noise.SAME_BOX})"
     assert not any("no same-box noise model" in n for n in report.notes())
+
+
+def test_a_same_box_width_is_a_cells_spread_within_a_side_not_between_boxes(tmp_path):
+    """A cell whose level differs between boxes (the 2^28 cells, by 1-3%) but whose rounds agree
+    within each side gets a narrow same-box width; pooled over sides (the cross-box width) it is wide."""
+    from dataclasses import replace
+
+    base, _ = compare_runs(make_compare(tmp_path / "aa", fx.COMMIT_3, fx.COMMIT_3))
+    m = next(m for m in base.measurements if m.cell.measure in ("hot", "cold") and m.rounds and len(m.samples) >= 2)
+    runs = [replace(base, box=f"boot-{i}", measurements=(replace(m, samples=(level, level * 1.02, level * 1.01), started_at=i),))
+            for i, level in enumerate((1e-5, 1.5e-5, 2e-5))]
+    key = noise.width_key(m)
+    assert noise.paired_widths_of(runs)[key] == pytest.approx(math.log(1.02))
+    assert noise.widths_of(runs)[key] > math.log(1.5)
+
+
+def test_the_same_box_model_judges_each_cell_at_its_own_width(tmp_path):
+    folders = [str(make_compare(tmp_path / f"aa{i}", fx.COMMIT_3, fx.COMMIT_3, box=f"boot-{i}")) for i in range(2)]
+    model = noise_learn([], tmp_path / "models.json", same_box=folders)
+    assert model.widths  # learned from the sides' rounds
+    base, _ = compare_runs(folders[0])
+    widths = noise.paired_widths_of([base])
+    m = next(m for m in base.measurements if noise.width_key(m) in widths and widths[noise.width_key(m)] > 0)
+    key = noise.group_of(m.cell, model.l2_bytes)
+    assert model.widths[noise.width_key(m)] > 0
+    assert model.width(m, key) == pytest.approx(model.widths[noise.width_key(m)], abs=1e-6)
 
 
 def test_noise_learn_never_writes_the_shipped_model_unasked(tmp_path, monkeypatch, capsys):
