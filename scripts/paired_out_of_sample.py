@@ -4,6 +4,8 @@ scripts/h200.sh's compare= steps write them): each box left out in turn, its fol
 * the shipped model (learned from no box here: out of sample by construction), and
 * the same-box model learned from every other box's folders (relu2 noise learn --same-box),
 
+each A/A both ways round (as relu2 noise check --same-box counts them),
+
 and, for a compare whose head is another commit (a planted branch), per mode and band of the
 implementation it changed, how many cells moved and how many each model flagged.
 
@@ -14,6 +16,7 @@ The figures are what docs/results.md quotes ("The paired verdict on the H200")."
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import tempfile
 from collections import defaultdict
@@ -40,6 +43,15 @@ def bands_of(report, impl: str, l2: int) -> dict[tuple[str, str], list[tuple[flo
     return out
 
 
+def reversed_copy(folder: Path, dest: Path) -> Path:
+    """An A/A compare folder with its sides swapped (one commit, so compare.json stands as it is)."""
+    shutil.copytree(folder, dest)
+    (dest / "base").rename(dest / "side")
+    (dest / "head").rename(dest / "base")
+    (dest / "side").rename(dest / "head")
+    return dest
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("root", type=Path, help="a folder of compare folders")
@@ -64,12 +76,19 @@ def main(argv: list[str] | None = None) -> int:
                     ap.error(f"{f}: its machine.json records no l2_bytes")
                 shipped, held = gate_compare(f), gate_compare(f, noise_model=model)
                 verdicts.append((f.name, meta.base == meta.head, shipped, held))
+                if meta.base == meta.head:  # an A/A read the other way round is a no-change comparison too
+                    back = reversed_copy(f, Path(tmp) / "reversed" / f.name)
+                    verdicts.append((f"{f.name}, reversed", True, gate_compare(back),
+                                     gate_compare(back, noise_model=model)))
                 if meta.base != meta.head:
                     planted.append((f.name, bands_of(shipped, args.impl, l2), bands_of(held, args.impl, l2)))
     print("compare                                       kind  shipped model           same-box, box left out")
     for name, aa, s, h in verdicts:
         say = lambda r: f"{'FAIL' if r.exit_code else 'PASS'} ({len(r.regressions)} flagged)"  # noqa: E731
         print(f"{name:<45} {'A/A' if aa else 'A/B':<5} {say(s):<23} {say(h)}")
+    aas = [(s, h) for _, aa, s, h in verdicts if aa]
+    print(f"no-change comparisons failing: shipped {sum(bool(s.exit_code) for s, _ in aas)} of {len(aas)}, "
+          f"same-box (box left out) {sum(bool(h.exit_code) for _, h in aas)} of {len(aas)}")
     for name, s, h in planted:
         print(f"\n{name}: {args.impl}'s cells, flagged by the shipped model / the same-box model (box left out)")
         print("  mode  band      cells  median move  shipped  same-box")
