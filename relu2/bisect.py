@@ -570,8 +570,11 @@ def _no_nan(data):
 
 def model_factors(targets: Mapping[str, object], gpu: str) -> dict[str, float]:
     """Per cell followed (name -> confirm.Target): the same-box model's threshold for its family, mode
-    and band on ``gpu`` ("none": the CPU), the cells followed sharing the model's budget; a cell whose
-    group the model lacks (or a GPU without a same-box model) is left out."""
+    and band on ``gpu`` ("none": the CPU), the cells followed sharing the model's budget, times its
+    group's typical width (the gate reads each cell's own; a bisect target names no kernel to read it
+    by); a cell whose group the model lacks (or a GPU without a same-box model) is left out."""
+    import math
+
     from relu2 import noise
     from relu2.schema import band_of
     from relu2.verdict import family_of
@@ -584,7 +587,7 @@ def model_factors(targets: Mapping[str, object], gpu: str) -> dict[str, float]:
         key = (family_of(t.cell.impl), t.mode, band_of(t.cell.bytes, model.l2_bytes).name)
         ratio = model.ratio(key, len(targets))
         if ratio is not None:
-            found[name] = round(ratio, 6)
+            found[name] = round(ratio * math.exp(model.fit_for(key).typical_width), 6)
     return found
 
 
