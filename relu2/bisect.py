@@ -67,19 +67,32 @@ def pair(a: Sequence[float], b: Sequence[float], factor: float) -> int | None:
     log(b_i / median(a_{i-1..i+1}))) is beyond ``factor`` (either way) and more than three quarters
     of the rounds' b_i / a_i lie on that side of 1; SAME when the move is within ``factor``; UNCLEAR
     otherwise (the move says moved, the rounds disagree), and with fewer than MIN_ROUNDS pairs."""
-    from relu2.verdict import Figure, move
-
-    kept = [(x, y) for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
+    kept = _kept(a, b)
     if len(kept) < MIN_ROUNDS:
         return UNCLEAR
     ratios = [y / x for x, y in kept]
-    sides = [Figure(statistics.median(side), tuple(side), rounds=True) for side in zip(*kept)]
-    middle = math.exp(move(*sides, paired=True))
+    middle = paired_move(a, b)
     if 1 / factor <= middle <= factor:
         return SAME
     way = SLOWER if middle > factor else FASTER
     agree = sum(1 for r in ratios if (r > 1) == (way == SLOWER) and r != 1)
     return way if agree > 0.75 * len(ratios) else UNCLEAR
+
+
+def _kept(a: Sequence[float], b: Sequence[float]) -> list[tuple[float, float]]:
+    """The rounds both sides measured: a failed round (nan, 0) drops its pair."""
+    return [(x, y) for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
+
+
+def paired_move(a: Sequence[float], b: Sequence[float]) -> float:
+    """The factor ``pair`` judges: exp of the paired verdict's move of ``b`` from ``a`` (nan without pairs)."""
+    from relu2.verdict import Figure, move
+
+    kept = _kept(a, b)
+    if not kept:
+        return float("nan")
+    sides = [Figure(statistics.median(side), tuple(side), rounds=True) for side in zip(*kept)]
+    return math.exp(move(*sides, paired=True))
 
 
 def reproduced(good: Sequence[float], bad: Sequence[float], factor: float) -> str:
@@ -235,7 +248,8 @@ def findings(commits: Sequence[str], tracks: Mapping[str, Track], steps: Sequenc
             if first is not None and first.answer == SKIPPED:
                 out.append(Finding(track.cell, NOT_MEASURED, skipped=[{"commit": "", "reason": first.reason}]))
             else:
-                out.append(Finding(track.cell, NOT_REPRODUCED, figures={"step 0": _figures_of(track.cell, 0, steps)}))
+                bad = len(commits) - 1  # step 0's figures of BAD, its paired move from GOOD
+                out.append(Finding(track.cell, NOT_REPRODUCED, figures={"step 0": _figures_of(track.cell, bad, steps, bad)}))
             continue
         between = [(i, why) for i, why in sorted(track.skipped) if track.lo < i < track.hi]
         verdict = RANGE if between else CULPRIT
@@ -250,7 +264,9 @@ def findings(commits: Sequence[str], tracks: Mapping[str, Track], steps: Sequenc
 
 def _figures_of(cell: str, index: int, steps: Sequence[Step], last: int = -1) -> dict:
     """The medians over rounds of GOOD, the commit at ``index`` and BAD, from the step that measured it
-    (step 0 for GOOD and BAD themselves)."""
+    (step 0 for GOOD and BAD themselves), and ``vs_good``: the commit's paired move from GOOD, the very
+    factor ``pair`` judged (a ratio of the two medians is not: on a noisy box it can sit below a
+    factor the paired move passed)."""
     for step in steps:
         got = step.cells.get(cell)
         if got is None or not got.figures:
@@ -264,7 +280,7 @@ def _figures_of(cell: str, index: int, steps: Sequence[Step], last: int = -1) ->
         medians = [statistics.median(f) if f else float("nan") for f in got.figures]
         return {"step": step.number, "rounds": len(got.figures[0]), "median_s": medians[side],
                 "good_s": medians[0], "bad_s": medians[-1],
-                "vs_good": medians[side] / medians[0] if medians[0] else float("nan")}
+                "vs_good": paired_move(got.figures[0], got.figures[side]) if side else 1.0}
     return {}
 
 
@@ -642,7 +658,7 @@ def format_text(report: Report) -> str:
     def figure(label: str, f: Mapping) -> str:
         if not f:
             return f"    {label}: not measured"
-        return (f"    {label} {format_seconds(f['median_s'])}, {f['vs_good']:.2f}x GOOD (step {f['step']}, "
+        return (f"    {label} {format_seconds(f['median_s'])}, {f['vs_good']:.2f}x GOOD paired (step {f['step']}, "
                 f"{f['rounds']} rounds: GOOD {format_seconds(f['good_s'])}, BAD {format_seconds(f['bad_s'])})")
 
     measured = sum(s.measured for s in report.steps)
@@ -664,8 +680,8 @@ def format_text(report: Report) -> str:
                       figure(f"like GOOD, {f.last_good[:10]}:", f.figures.get("last_good", {}))]
         elif f.verdict == NOT_REPRODUCED:
             step0 = f.figures.get("step 0", {})
-            ratio = step0.get("bad_s", float("nan")) / step0.get("good_s", float("nan")) if step0 else float("nan")
-            lines.append(f"{f.cell}: not reproduced: BAD is {ratio:.2f}x GOOD on this machine, within the "
+            ratio = step0.get("vs_good", float("nan"))
+            lines.append(f"{f.cell}: not reproduced: BAD is {ratio:.2f}x GOOD paired on this machine, within the "
                          f"factor {report.plan.factor_of(f.cell):g} or unclear after the budget")
         else:
             lines.append(f"{f.cell}: not measured at GOOD or BAD: {f.skipped[0]['reason'] if f.skipped else '?'}")

@@ -136,6 +136,19 @@ def test_names_the_sixth_commit_of_nine_in_four_measured_steps():
     assert found[0].figures["last_good"]["vs_good"] == pytest.approx(1.0, rel=0.05)
 
 
+def test_a_culprits_figures_are_the_paired_moves_its_verdict_judged():
+    """Rounds that swing 10% against each other: the probe's paired move from GOOD is 1.26x (beyond the
+    factor 1.2, so like BAD), while the ratio of its median to GOOD's is 1.15x; the figure printed
+    beside "culprit" must be the one that decided, never one that contradicts it."""
+    box = FakeBox({TOY: step_at(5, after=1.4)}, wobble=0.1)
+    _, (found,) = run(box, [TOY], factor=1.2)
+    assert (found.verdict, found.first_bad) == (bisect.CULPRIT, COMMITS[5])
+    first_bad, last_good = found.figures["first_bad"], found.figures["last_good"]
+    assert first_bad["median_s"] / first_bad["good_s"] < 1.2  # the medians alone would contradict the verdict
+    assert first_bad["vs_good"] == pytest.approx(1.26, rel=1e-6)
+    assert first_bad["vs_good"] > 1.2 >= last_good["vs_good"]
+
+
 @pytest.mark.parametrize("culprit", range(1, 9))
 def test_every_culprit_position_is_found_in_log2_steps(culprit):
     box = FakeBox({TOY: step_at(culprit)})
