@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -278,7 +279,10 @@ def test_an_interrupted_asv_run_ends_every_process_it_started(project, tmp_path,
         machine = json.loads((tmp_path / ".asv-machine.json").read_text())["intr"]
         assert machine["quiet"] in ("yes", "no") and machine["busy"], machine  # recorded for the run
         if moment == "writing":
-            assert "the results of 1 commit(s) are saved" in run.output, run.output[-2000:]
+            # The signal is sent once the first commit's file is there; on a fast box the second commit
+            # (3 s of quick-grid measuring) can be written before it lands.  Never 0: one was on disk.
+            saved = re.search(r"the results of (\d+) commit\(s\) are saved", run.output)
+            assert saved and saved.group(1) in ("1", "2"), run.output[-2000:]
 
 
 def test_an_asv_run_on_a_loaded_machine_stops_while_setting_up(project, tmp_path, launch, load):
