@@ -365,9 +365,11 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                      (f"{args.from_gate} flags no cell" if args.from_gate else "no --from-gate report"))
     if args.out:
         compare.check_out_file(Path(args.out))
-    repo = machine.repo_of(Path.cwd())
+    where = Path(args.repo) if args.repo else Path.cwd()
+    repo = machine.repo_of(where) if where.is_dir() else None
     if repo is None:
-        return _fail("confirm", "run it inside the git checkout that holds both commits")
+        return _fail("confirm", f"{where}: not a git checkout (run it inside the one that holds both commits, or "
+                     "name it with --repo)")
     device = machine.resolve_device(args.device)
     quiet.before_measuring("relu2 confirm", args.require_idle, gpu=device == "cuda")  # UsageError: exit 2
     with lifecycle.guard("relu2 confirm", lambda: f"nothing was written{' to ' + args.out if args.out else ''} "
@@ -752,6 +754,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"fresh processes per side, at least {DEFAULT_ROUNDS}: fewer cannot tell a step from the "
                         f"spread between rounds (default {CONFIRM_ROUNDS}: twice a compare's)")
     p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
+    p.add_argument("--repo", metavar="DIR", help="the git checkout holding both commits (default: the one here)")
     p.add_argument("--machine", help="the machine name to record (default: this host's name)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     _add_require_idle(p)
