@@ -1,4 +1,7 @@
-"""Read an asv results folder into decoded ``Measurement``s (every reader's record) and tidy ``Row``s.
+"""Read an asv results folder into decoded ``Measurement``s (every reader's record), and those into tidy ``Row``s.
+
+The gate, noise learning, confirm, export and the plots all read the same de-duplicated measurements:
+a cell recorded twice is its newest run, and a measurement several suites list is one (one row).
 
 asv stays the engine: files are opened with asv's own loaders (``asv.results.Results.load`` for a
 result file, ``asv.util.load_json`` for ``benchmarks.json`` and ``machine.json``), so a format asv
@@ -32,7 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from relu2.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, measure_of, split, unit_of
+from relu2.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, split, unit_of
 from relu2.results import Row, csv_text, make_row, write_csv, write_stdout
 from relu2.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, geometry, kernel_hex
 from relu2.schema import mode as mode_named
@@ -62,27 +65,11 @@ class BenchmarkInfo:
         """The method name, e.g. ``track_hot``."""
         return split(self.name)[1]
 
-    @property
-    def mode(self) -> str | None:
-        """``hot``/``cold``/``launch`` for a timing benchmark, else None."""
-        measure = measure_of(self.name, self.unit)
-        return measure if measure in MODE_NAMES else None
-
-
-# Benchmarks that are not timings but a side figure of the same cell: measure -> (Row column, converter).
-SIDE_FIGURES = {
-    PEAK_MEMORY: ("peak_bytes", float),
-    KERNEL: ("kernel", kernel_hex),
-}
-
 
 @dataclass(frozen=True)
 class Record:
-    """One benchmark at one parameter combination at one commit, as asv recorded it.
-
-    ``row`` is the tidy figure (None for a non-timing benchmark such as peak memory); ``value``,
-    ``stats`` and ``samples`` are asv's own, as the gate needs them for ``is_different``.
-    """
+    """One benchmark at one parameter combination at one commit, as asv recorded it: the raw file's
+    view, before ``measurements`` decodes and de-duplicates it for every reader."""
 
     machine: str
     commit: str
@@ -95,7 +82,6 @@ class Record:
     value: float | None  # None: failed; NaN: skipped
     stats: dict[str, Any] | None
     samples: list[float] | None
-    row: Row | None
     version: str | None = None  # the benchmark's version when this cell was measured (asv keys history by it)
 
     @property
@@ -143,6 +129,7 @@ class Measurement:
     unit: str = "seconds"
     also: tuple[str, ...] = ()  # other suites listing the same measurement
     started_at: int = 0
+    quartiles: tuple[float, float] = (math.nan, math.nan)  # q25, q75: asv's stats, else of the samples
 
     @property
     def benchmark(self) -> str:
@@ -199,7 +186,8 @@ def measurements(records: Iterable[Record], box: str | None = None) -> list[Meas
             value=r.value, samples=tuple(float(s) for s in r.samples or () if s is not None and not math.isnan(s)),
             rounds=bool(mode) and mode_named(mode).samples_are_rounds(r.version),
             fingerprint=kernels.get((r.machine, r.commit, cell.input), ""), version=r.version, unit=r.unit,
-            started_at=r.started_at)
+            started_at=r.started_at,
+            quartiles=quartiles(float(r.value), r.stats, r.samples) if r.status == OK else (math.nan, math.nan))
     return list(out.values())
 
 
@@ -252,75 +240,52 @@ def quartiles(value: float, stats: dict[str, Any] | None, samples: Sequence[floa
     return value, value
 
 
-def timing_row(
-    *, machine: str, commit: str, date: str, mode: str, params: dict[str, str], value: float | None,
-    stats: dict[str, Any] | None, samples: Sequence[float] | None, copy_median_s: float = math.nan,
-    dtype: str | None = None, **side: Any,
-) -> Row:
-    """The tidy row of one timing cell, through ``relu2.results.make_row`` (``dtype``: the decoded
-    one, for a suite that records none)."""
-    numel, shape = geometry(params)
-    status = cell_status(value)
-    median = q25 = q75 = math.nan
-    reason = ""
-    if status == OK:
-        median = float(value)
-        q25, q75 = quartiles(median, stats, samples)
-    else:
-        reason = FAILED_REASON if status == FAILED else SKIPPED_REASON
+def row_of(m: Measurement, copy_median_s: float = math.nan, **side: Any) -> Row:
+    """The tidy row of one timing measurement, through ``relu2.results.make_row`` (``copy_median_s``:
+    the roofline's figure for the same input and mode; ``side``: measured columns such as ``peak_bytes``)."""
+    numel, shape = geometry(dict(m.params))
+    q25, q75 = m.quartiles
     return make_row(
-        machine=machine, commit=commit, date=date, impl=params["impl"], dtype=params.get("dtype") or dtype,
-        numel=numel, shape=shape, mode=mode, status=status, reason=reason, median_s=median, q25_s=q25, q75_s=q75,
-        copy_median_s=copy_median_s, **side,
+        machine=m.machine, commit=m.commit, date=iso_date(m.date_ms), impl=m.cell.impl, dtype=m.cell.dtype,
+        numel=numel, shape=shape, mode=m.cell.measure, status=m.status, reason=m.reason,
+        median_s=float(m.value) if m.status == OK else math.nan, q25_s=q25, q75_s=q75, copy_median_s=copy_median_s,
+        **({"kernel": m.fingerprint} if m.fingerprint else {}), **side,
     )
 
 
-def _suite(benchmark: str) -> str:
-    """``bench_relu2.Grid.track_hot`` -> ``bench_relu2.Grid``: the benchmarks measured in one run of a suite."""
-    return split(benchmark)[0]
+def is_timing(m: Measurement) -> bool:
+    """A figure in seconds of one timing mode: what a tidy row holds."""
+    return m.unit == "seconds" and m.cell.measure in MODE_NAMES
 
 
-def with_rows(records: Sequence[Record], benchmarks: dict[str, BenchmarkInfo]) -> list[Record]:
-    """Each timing record with its tidy row: roofline from the copy record of the same commit, mode and
-    input (same suite preferred), side figures (peak memory, kernel) from the same suite's records of
-    the same cell."""
+def rows_of(measured: Iterable[Measurement]) -> list[Row]:
+    """The tidy rows of the timing measurements among ``measured``, in order: each with the roofline's
+    figure of the same machine, commit, mode and input (its own suite's preferred) and the peak memory
+    its suite measured for the same parameters."""
+    measured = list(measured)
     same_suite: dict[tuple, float] = {}
     any_suite: dict[tuple, float] = {}
-    side: dict[tuple, dict[str, Any]] = {}
-    for r in records:
-        params = dict(r.params)
-        measure = r.cell.measure
-        if measure in SIDE_FIGURES and r.status == OK:
-            column, convert = SIDE_FIGURES[measure]
-            side.setdefault((r.machine, r.commit, _suite(r.benchmark), r.params), {})[column] = convert(r.value)
-        info = benchmarks.get(r.benchmark) or BenchmarkInfo(r.benchmark, (), r.unit, r.version)
-        if info.mode is None or params.get("impl") != ROOFLINE or r.status != OK:
+    peak: dict[tuple, float] = {}
+    for m in measured:
+        if m.status != OK:
             continue
+        if m.cell.measure == PEAK_MEMORY:
+            peak[(m.machine, m.commit, m.cell.suite, m.params)] = float(m.value)
+        elif is_timing(m) and m.cell.impl == ROOFLINE:
+            key = (m.machine, m.commit, m.cell.measure, m.cell.dtype, m.cell.shape)
+            same_suite[(m.cell.suite, *key)] = float(m.value)
+            any_suite.setdefault(key, float(m.value))
+    rows = []
+    for m in measured:
+        if not is_timing(m):
+            continue
+        key = (m.machine, m.commit, m.cell.measure, m.cell.dtype, m.cell.shape)
+        side = {"peak_bytes": peak[k]} if (k := (m.machine, m.commit, m.cell.suite, m.params)) in peak else {}
         try:
-            key = (r.machine, r.commit, info.mode, r.cell.dtype, geometry(params)[1])
-        except ValueError:
-            continue
-        same_suite[(_suite(r.benchmark), *key)] = float(r.value)
-        any_suite.setdefault(key, float(r.value))
-    out = []
-    for r in records:
-        info = benchmarks.get(r.benchmark) or BenchmarkInfo(r.benchmark, (), r.unit, r.version)
-        if info.mode is not None:
-            params = dict(r.params)
-            try:
-                key = (r.machine, r.commit, info.mode, r.cell.dtype, geometry(params)[1])
-                row = timing_row(dtype=r.cell.dtype,
-                    machine=r.machine, commit=r.commit, date=iso_date(r.date_ms), mode=info.mode, params=params,
-                    value=r.value, stats=r.stats, samples=r.samples,
-                    copy_median_s=same_suite.get((_suite(r.benchmark), *key), any_suite.get(key, math.nan)),
-                    **side.get((r.machine, r.commit, _suite(r.benchmark), r.params), {}),
-                )
-            except (KeyError, ValueError) as e:
-                warnings.warn(f"{r.label()} at {r.commit[:8]} is not a relu2 timing cell ({e}); left out", stacklevel=2)
-            else:
-                r = replace(r, row=row)
-        out.append(r)
-    return out
+            rows.append(row_of(m, same_suite.get((m.cell.suite, *key), any_suite.get(key, math.nan)), **side))
+        except (KeyError, ValueError) as e:
+            warnings.warn(f"{m.label()} at {m.commit[:8]} is not a relu2 timing cell ({e}); left out", stacklevel=2)
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
@@ -581,7 +546,7 @@ def _records_of_result(path: Path, machine: str, result, benchmarks: dict[str, B
             records.append(Record(
                 machine=machine, commit=result.commit_hash, date_ms=int(result.date), env=result.env_name or "",
                 started_at=started_at, benchmark=name, params=params, unit=info.unit,
-                value=float(value) if value is not None else None, stats=st, samples=smp, row=None,
+                value=float(value) if value is not None else None, stats=st, samples=smp,
                 version=(result.benchmark_version or {}).get(name),
             ))
     return records
@@ -592,8 +557,8 @@ def load_records(
 ) -> list[Record]:
     """Every recorded cell (timing and not) of ``machine`` (default: all) at ``commit`` (a ref; default: all).
 
-    Ordered by commit date, then file, benchmark and parameter order.  Timing records carry their
-    tidy row.  Raises ResultsError naming the file for anything unreadable.
+    Ordered by commit date, then file, benchmark and parameter order.  Raises ResultsError naming the
+    file for anything unreadable.
     """
     root = _check_dir(results_dir)
     benchmarks = load_benchmarks(root)
@@ -606,7 +571,7 @@ def load_records(
     records: list[Record] = []
     for _, path, m, result in loaded:
         records.extend(_records_of_result(Path(path), m, result, benchmarks))
-    return with_rows(records, benchmarks)
+    return records
 
 
 def load_measurements(results_dir: str | os.PathLike, machine: str | None = None, commit: str | None = None,
@@ -623,13 +588,14 @@ def load_measurements(results_dir: str | os.PathLike, machine: str | None = None
 
 
 def load_rows(results_dir: str | os.PathLike, machine: str | None = None, commit: str | None = None) -> list[Row]:
-    """Tidy rows of every timing cell (unit seconds) in an asv results folder.
+    """Tidy rows of every timing measurement (unit seconds) in an asv results folder: one a measurement,
+    as the gate reads them (``rows_of(load_measurements(...))``).
 
     ``machine`` None means every machine; ``commit`` may be any ref (unknown or ambiguous:
     ResultsError).  Failed cells come back with status "failed", skipped ones "skipped", both with
     NaN times and a reason.
     """
-    return [r.row for r in load_records(results_dir, machine, commit) if r.row is not None]
+    return rows_of(load_measurements(results_dir, machine, commit))
 
 
 def export_csv(

@@ -18,10 +18,11 @@ from relu2.asv_results import (  # noqa: E402
     ResultsError,
     commits,
     export_csv,
-    load_records,
+    load_measurements,
     load_rows,
     machines,
     resolve_commit,
+    rows_of,
     unquote,
 )
 from relu2.results import read_csv  # noqa: E402
@@ -107,11 +108,14 @@ def test_ambiguous_prefix_is_an_error(tmp_path):
         resolve_commit(results, fx.COMMIT_3[:8])
 
 
-def test_memory_benchmark_is_a_cell_not_a_row():
-    cells = load_records(fx.RESULTS, commit=fx.COMMIT_1)
-    memory = [c for c in cells if c.benchmark.endswith("track_peak_memory")]
-    assert memory and all(c.row is None and c.unit == "bytes" for c in memory)
-    assert all(c.row is not None for c in cells if c.unit == "seconds")
+def test_memory_is_a_measurement_and_a_column_of_its_cells_row_not_a_row():
+    measured = load_measurements(fx.RESULTS, commit=fx.COMMIT_1)
+    memory = {(m.cell.impl, m.cell.dtype, m.cell.shape): m for m in measured if m.cell.measure == "peak_memory"}
+    rows = rows_of(measured)
+    assert memory and all(m.unit == "bytes" for m in memory.values())
+    assert len(rows) == sum(1 for m in measured if m.unit == "seconds" and m.cell.measure in MODES)
+    with_peak = [r for r in rows if not math.isnan(r.peak_bytes)]
+    assert with_peak and all(r.peak_bytes == memory[(r.impl, r.dtype, r.shape)].value for r in with_peak)
 
 
 def test_export_csv_to_file(tmp_path):

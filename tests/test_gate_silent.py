@@ -168,6 +168,11 @@ def test_a_commit_measured_twice_takes_the_newest_run(results):
     (src.parent / f"{fx.COMMIT_3[:8]}-older-env.json").write_text(json.dumps(data))
     report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
     assert [c.label for c in report.regressions] == [fx.PLANTED_LABEL]
+    from relu2.asv_results import load_rows
+    from relu2.results import csv_text
+
+    exported = load_rows(results, commit=fx.COMMIT_3)  # export and the plots read the measurement judged
+    assert csv_text(exported) == csv_text(load_rows(fx.RESULTS, commit=fx.COMMIT_3))
     a = _record(GRID_HOT, value=1.0, started_at=5)
     b = _record(GRID_HOT, value=2.0, started_at=9)
     newest = lambda records: [m.value for m in measurements(records)]  # noqa: E731
@@ -197,7 +202,7 @@ def test_help_states_the_floor_and_budget_the_code_uses(capsys):
 def _record(benchmark: str, value: float, started_at: int = 0, samples=None, version=None, **params) -> Record:
     params = params or {"impl": "fused", "tokens": "64", "hidden": "21504"}
     return Record(machine="m", commit="c", date_ms=0, env="e", started_at=started_at, benchmark=benchmark,
-                  params=tuple(params.items()), unit="seconds", value=value, stats=None, samples=samples, row=None,
+                  params=tuple(params.items()), unit="seconds", value=value, stats=None, samples=samples,
                   version=version)
 
 
@@ -248,7 +253,7 @@ def _rounds_run(machine: str, medians: dict[str, tuple[float, ...]]):
 
     records = [Record(machine, "c" * 40, 0, "env", 0, "bench_relu2.Nemotron.track_hot",
                       (("impl", impl), ("tokens", "16384"), ("hidden", "21504")), "seconds",
-                      sorted(rounds)[1], None, list(rounds), None, mode("hot").asv_version)
+                      sorted(rounds)[1], None, list(rounds), mode("hot").asv_version)
                for impl, rounds in medians.items()]
     return noise.Run(f"folder:{machine}", machine, "c" * 40, "NVIDIA H200", 60 * 2**20,
                      tuple(measurements(records, f"folder:{machine}")), "folder")
@@ -394,7 +399,7 @@ def _grid_raw(commit: str, scale: dict[str, float], version: str) -> list:
             value = (1e-5 + i * 1e-5) * scale.get(impl, 1.0)
             records.append(Record("m", commit, 0, "env", 0, "bench_relu2.Grid.track_hot",
                                   (("impl", impl), ("dtype", "bfloat16"), ("numel", str(numel))), "seconds", value,
-                                  None, [value] * 3, None, version))
+                                  None, [value] * 3, version))
     return records
 
 
@@ -428,7 +433,7 @@ def test_earlier_methods_teach_the_noise_only_where_they_timed_the_same_thing():
     def run(machine: str, versions: dict[str, str], scale: float):
         records = [Record(machine, "e" * 40, 0, "env", 0, f"bench_relu2.Grid.track_{m}",
                           (("impl", "eager"), ("dtype", "bfloat16"), ("numel", str(4**14))), "seconds",
-                          2.5e-4 * scale, None, [2.5e-4 * scale], None, version)
+                          2.5e-4 * scale, None, [2.5e-4 * scale], version)
                    for m, version in versions.items()]
         return noise.Run(f"old:{machine}", machine, "e" * 40, "NVIDIA H200", 60 * 2**20,
                          tuple(measurements(records)), "old")
