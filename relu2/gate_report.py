@@ -124,7 +124,7 @@ class GateReport:
         n = self.noise
         if not n or not n.get("gated"):
             return "no cell is gated: timings are reported, not judged" if n else ""
-        if not n.get("model"):
+        if "factor" in self.overrides or not n.get("model"):  # the factor is the rule: no model's budget applies
             return f"{n['gated']} cells gated by --factor {self.overrides.get('factor', '?')}"
         return (f"noise model {n['model']}: at most {n['budget']:.0%} of runs of unchanged code fail; "
                 f"{n['gated']} gated cells share it ({n['per_cell']:.2g} each)")

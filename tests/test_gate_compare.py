@@ -120,6 +120,14 @@ def test_a_cpu_compare_without_a_cpu_model_says_so_and_gates_only_with_factor(tm
     assert gate_compare(folder, factor=1.2).exit_code == 1
 
 
+def test_the_budget_line_names_the_rule_that_judged(tmp_path):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3, gpu="none")
+    by_model = gate_compare(folder)  # the shipped CPU same-box model
+    assert by_model.noise["gated"] and by_model.budget_line().startswith("noise model CPU (same-box): at most 5%")
+    by_factor = gate_compare(folder, factor=1.2)  # the factor replaces the model's thresholds: no budget is spent
+    assert by_factor.budget_line() == f"{by_factor.noise['gated']} cells gated by --factor 1.2"
+
+
 def test_the_cli_renders_a_compare_and_refuses_mixed_arguments(tmp_path, capsys):
     folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3)
     assert cli.main(["gate", "--compare", str(folder), "--format", "json"]) == 1
