@@ -439,7 +439,7 @@ def cmd_noise(args: argparse.Namespace) -> int:
     for f in model.fits:
         print(f"{f.family:<14} {f.mode:<6} {f.band:<8} {f.cells:>5} cases from {f.pairs:>2} pairs; ratio at 1000 "
               f"gated cells {model.ratio(f.key, 1000):.3f}x")
-    print(f"wrote the {model.kind} model of {model.gpu} to {args.out}", file=sys.stderr)
+    print(f"wrote the model {model.name} to {args.out}", file=sys.stderr)
     return 0
 
 

@@ -103,7 +103,7 @@ def pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: floa
         if wider is not None:
             return wider, (f"no same-box noise model for {gpu}: judged with its cross-box model (wider: two boxes "
                            "move more than one); relu2 noise learn --same-box learns one from A/A compares")
-    known = ", ".join(f"{m.gpu} ({m.kind})" for m in models) or "none"
+    known = ", ".join(m.name for m in models) or "none"
     raise GateInputError(f"no noise model for {gpu or 'an unrecorded GPU'} ({kind}; the model file has: {known}): "
                          "learn one on that GPU (relu2 noise learn), or gate by --factor only")
 
@@ -220,8 +220,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         resolution=resolution(base.measurements, rule_for, found.gated, model, l2, factor),
         spread=spread(base.measurements, head.measurements) if with_spread else [], cpu=cpu and model is None,
         paired=paired, overrides=overrides,
-        noise={"model": f"{model.gpu if noise.is_gpu(model.gpu) else 'CPU'} ({model.kind})" if model else None,
-               "budget": noise.BUDGET,
+        noise={"model": model.name if model else None, "budget": noise.BUDGET,
                "gated": found.gated, "per_cell": model.per_cell(found.gated) if model and found.gated else None,
                "l2_bytes": l2},
         offsets={f"{mode} {b}": math.exp(v) for (mode, b), v in sorted(found.offsets.items())},

@@ -158,6 +158,11 @@ class NoiseModel:
     sources: tuple[str, ...] = ()
     command: str = ""
 
+    @property
+    def name(self) -> str:
+        """``NVIDIA H200 (cross-box)``; a model learned without a GPU (recorded gpu "none") is the CPU's."""
+        return f"{self.gpu if is_gpu(self.gpu) else 'CPU'} ({self.kind})"
+
     def fit_for(self, key: tuple[str, str, str]) -> GroupFit | None:
         return next((f for f in self.fits if f.key == key), None)
 
