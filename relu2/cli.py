@@ -337,6 +337,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return code
 
 
+def _repo(named: str | None) -> Path | None:
+    """The git checkout ``--repo`` names, else the one here; None when that is no checkout."""
+    from relu2 import machine
+
+    where = Path(named) if named else Path.cwd()
+    return machine.repo_of(where) if where.is_dir() else None
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
     from relu2 import compare, confirm, lifecycle, machine, quiet
     from relu2.results import atomic_write_text
@@ -365,11 +373,10 @@ def cmd_confirm(args: argparse.Namespace) -> int:
                      (f"{args.from_gate} flags no cell" if args.from_gate else "no --from-gate report"))
     if args.out:
         compare.check_out_file(Path(args.out))
-    where = Path(args.repo) if args.repo else Path.cwd()
-    repo = machine.repo_of(where) if where.is_dir() else None
+    repo = _repo(args.repo)
     if repo is None:
-        return _fail("confirm", f"{where}: not a git checkout (run it inside the one that holds both commits, or "
-                     "name it with --repo)")
+        return _fail("confirm", f"{args.repo or Path.cwd()}: not a git checkout (run it inside the one that holds "
+                     "both commits, or name it with --repo)")
     device = machine.resolve_device(args.device)
     quiet.before_measuring("relu2 confirm", args.require_idle, gpu=device == "cuda")  # UsageError: exit 2
     with lifecycle.guard("relu2 confirm", lambda: f"nothing was written{' to ' + args.out if args.out else ''} "
@@ -399,10 +406,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if not targets:
         return _fail("bisect", "no cell to follow: name one with --cell IMPL:DTYPE:SHAPE:MODE, or --from-gate a "
                      "report that flags one")
-    where = Path(args.repo) if args.repo else Path.cwd()
-    repo = machine.repo_of(where) if where.is_dir() else None
+    repo = _repo(args.repo)
     if repo is None:
-        return _fail("bisect", f"{where}: not a git checkout (name the repository with --repo)")
+        return _fail("bisect", f"{args.repo or Path.cwd()}: not a git checkout (name the repository with --repo)")
     progress = None if args.no_progress else (lambda line: print(line, file=sys.stderr, flush=True))
     # Its worktrees, builds and rounds end with it on Ctrl-C; the steps measured are in the state file.
     with lifecycle.guard("relu2 bisect", lambda: "the steps measured so far are kept in its state file: the same "
