@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence
 
 from relu2.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, split, unit_of
 from relu2.results import Row, csv_text, make_row, write_csv, write_stdout
-from relu2.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, geometry, kernel_hex
+from relu2.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex
 from relu2.schema import mode as mode_named
 
 # asv writes these two next to result files; they are not results.
@@ -243,12 +243,11 @@ def quartiles(value: float, stats: dict[str, Any] | None, samples: Sequence[floa
 def row_of(m: Measurement, copy_median_s: float = math.nan, **side: Any) -> Row:
     """The tidy row of one timing measurement, through ``relu2.results.make_row`` (``copy_median_s``:
     the roofline's figure for the same input and mode; ``side``: measured columns such as ``peak_bytes``)."""
-    numel, shape = geometry(dict(m.params))
     q25, q75 = m.quartiles
     return make_row(
         machine=m.machine, commit=m.commit, date=iso_date(m.date_ms), impl=m.cell.impl, dtype=m.cell.dtype,
-        numel=numel, shape=shape, mode=m.cell.measure, status=m.status, reason=m.reason,
-        median_s=float(m.value) if m.status == OK else math.nan, q25_s=q25, q75_s=q75, copy_median_s=copy_median_s,
+        numel=m.cell.numel, shape=m.cell.shape, mode=m.cell.measure, status=m.status, reason=m.reason,
+        median_s=m.value if m.status == OK else math.nan, q25_s=q25, q75_s=q75, copy_median_s=copy_median_s,
         **({"kernel": m.fingerprint} if m.fingerprint else {}), **side,
     )
 
@@ -263,6 +262,8 @@ def rows_of(measured: Iterable[Measurement]) -> list[Row]:
     figure of the same machine, commit, mode and input (its own suite's preferred) and the peak memory
     its suite measured for the same parameters."""
     measured = list(measured)
+    roofline = lambda m: (m.machine, m.commit, m.cell.measure, m.cell.dtype, m.cell.shape)  # noqa: E731
+    in_suite = lambda m: (m.machine, m.commit, m.cell.suite, m.params)  # noqa: E731
     same_suite: dict[tuple, float] = {}
     any_suite: dict[tuple, float] = {}
     peak: dict[tuple, float] = {}
@@ -270,21 +271,18 @@ def rows_of(measured: Iterable[Measurement]) -> list[Row]:
         if m.status != OK:
             continue
         if m.cell.measure == PEAK_MEMORY:
-            peak[(m.machine, m.commit, m.cell.suite, m.params)] = float(m.value)
+            peak[in_suite(m)] = float(m.value)
         elif is_timing(m) and m.cell.impl == ROOFLINE:
-            key = (m.machine, m.commit, m.cell.measure, m.cell.dtype, m.cell.shape)
-            same_suite[(m.cell.suite, *key)] = float(m.value)
-            any_suite.setdefault(key, float(m.value))
+            same_suite[(m.cell.suite, *roofline(m))] = float(m.value)
+            any_suite.setdefault(roofline(m), float(m.value))
     rows = []
-    for m in measured:
-        if not is_timing(m):
+    for m in filter(is_timing, measured):
+        if not m.cell.shape:
+            warnings.warn(f"{m.label()} at {m.commit[:8]} is not a relu2 timing cell (it names no size); left out",
+                          stacklevel=2)
             continue
-        key = (m.machine, m.commit, m.cell.measure, m.cell.dtype, m.cell.shape)
-        side = {"peak_bytes": peak[k]} if (k := (m.machine, m.commit, m.cell.suite, m.params)) in peak else {}
-        try:
-            rows.append(row_of(m, same_suite.get((m.cell.suite, *key), any_suite.get(key, math.nan)), **side))
-        except (KeyError, ValueError) as e:
-            warnings.warn(f"{m.label()} at {m.commit[:8]} is not a relu2 timing cell ({e}); left out", stacklevel=2)
+        copy = same_suite.get((m.cell.suite, *roofline(m)), any_suite.get(roofline(m), math.nan))
+        rows.append(row_of(m, copy, **({"peak_bytes": peak[in_suite(m)]} if in_suite(m) in peak else {})))
     return rows
 
 

@@ -192,7 +192,7 @@ def test_a_kernel_planted_slower_fails_the_compare_naming_only_its_cells(planted
                     "--format", "json")
     assert judged.returncode == 1, judged.stdout[-3000:] + judged.stderr[-3000:]
     verdict = json.loads(judged.stdout)
-    failing = _flagged(verdict, "hot") | _flagged(verdict, "cold") | _flagged(verdict, "launch")
+    failing = _flagged(verdict, "hot") | _flagged(verdict, "cold")  # launch is reported, never gated
     assert failing and {impl for impl, _ in failing} == {"planted"}, (verdict["regressions"], verdict["unconfirmed"])
 
 
