@@ -57,13 +57,29 @@ def shares(pool: dict, rounds: int, factor: float, step: float, trials: int, see
     return same / total, slower / total
 
 
+def _at_least(kind: type, low: float):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"{text} is below {low:g}")
+        return value
+    return parse
+
+
 def main() -> int:
+    from relu2.schema import MIN_ROUNDS
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="a folder of relu2 compare A/A folders (each with compare.json)")
-    p.add_argument("--rounds", type=int, nargs="+", default=[12, 20, 40])
-    p.add_argument("--factor", type=float, nargs="+", default=[1.25, 1.4])
-    p.add_argument("--step", type=float, default=1.5, help="the planted slowdown (default 1.5)")
-    p.add_argument("--trials", type=int, default=2000, help="draws per cell (default 2000)")
+    p.add_argument("--rounds", type=_at_least(int, MIN_ROUNDS), nargs="+", default=[12, 20, 40],
+                   help=f"rounds a side to draw (each at least {MIN_ROUNDS})")
+    p.add_argument("--factor", type=_at_least(float, 1.0), nargs="+", default=[1.25, 1.4],
+                   help="the factors a move must exceed (each at least 1)")
+    p.add_argument("--step", type=_at_least(float, 1.0), default=1.5, help="the planted slowdown (default 1.5)")
+    p.add_argument("--trials", type=_at_least(int, 1), default=2000, help="draws per cell (default 2000)")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     pool = pooled_rounds(args.folder)
