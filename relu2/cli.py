@@ -473,6 +473,34 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_counters(args: argparse.Namespace) -> int:
+    from relu2 import counters, machine, sweep, sweep_job
+    from relu2.results import WriteError
+
+    device = machine.resolve_device(args.device)
+    why = counters.unavailable(device)
+    if why:
+        return _fail("counters", why)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        return _fail("counters", f"{out} exists and is not an empty folder; name a new one")
+    names = sweep_job.implementations(args.impl, sweep.registered_names(), None if args.impl else sweep.default_names())
+    cells = sweep_job.plan_cells(names, args.dtype, args.sizes or schema.default_sizes(device), grid=True,
+                                 model_shapes=False, vllm_shapes=False, nemotron=False)
+    print(f"relu2 counters: {len(cells)} cells, {args.launches} launch(es) each, under ncu ...", file=sys.stderr)
+    counted = counters.count(cells, launches=args.launches)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "counters.json").write_text(json.dumps(counters.report_json(counted), indent=1))
+        (out / "ncu.csv").write_text(counted.raw_csv)
+    except OSError as e:
+        raise WriteError(f"cannot write {out}: {e.strerror}") from None
+    print(counters.format_table(counted))
+    print(f"counted {len(counted.works)} cells in {counted.seconds:.0f} s; {len(counted.failed)} not counted; "
+          f"written to {out}")
+    return 1 if counted.failed else 0
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     import time
 
@@ -841,6 +869,21 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(p)
     p.add_argument("--no-source", action="store_true", help="leave the generated source out")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("counters", help="work counters of every cell, read by Nsight Compute (CUDA)",
+                       description="Count what each cell's kernels do, under Nsight Compute (ncu): each kernel's "
+                       "name, grid, block and registers, its executed instructions, global load and store "
+                       "instructions and bytes, and DRAM bytes, from untimed launches after the warm-up a timing "
+                       "gets. Writes DIR/counters.json and ncu's own CSV (DIR/ncu.csv). Exit 1 when a cell could "
+                       "not be counted, 2 without CUDA or ncu.")
+    _add_device(p)
+    p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: as relu2 sweep)")
+    p.add_argument("--dtype", type=_csv_list(schema.DTYPES), default=list(schema.DTYPES), help="default: all three")
+    p.add_argument("--sizes", type=_sizes, help=f"comma-separated numels, each {SIZE_FORMS} (default: the grid's)")
+    p.add_argument("--launches", type=_number(int, 1, strict=False), default=1,
+                   help="profiled launches of each cell (default 1; more show they count alike)")
+    p.add_argument("--out", type=_out_dir, required=True, help="a new output folder")
+    p.set_defaults(func=cmd_counters)
 
     p = sub.add_parser("build", help="build every implementation's kernels ahead of time",
                        description="Resolve every registered implementation, which builds what it needs (the "

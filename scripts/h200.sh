@@ -26,6 +26,10 @@
 #                   with RELU2_DEADLINE, not started under RELU2_COMPARE_S (300) s left and stopped
 #                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume)
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
+#     counters=ARGS relu2 counters ARGS (words joined by '+') into counters-N/ (N counts the calls on this box);
+#                   the folders come back in counters.tgz
+#     counters-patch=PATCH[:ARGS]  the same, with the fused kernel built from csrc/ with docs/aa/PATCH applied
+#                   (RELU2_CSRC_DIR), into counters-PATCHNAME-N/; ARGS default --impl+fused
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
 # `bash ../shared/tools/gpu-box-wheels.sh .whl`) and .whl/repo.bundle, a git bundle of the
@@ -45,6 +49,7 @@ export PATH="$TORCH_BIN:$PATH"
 export RELU2_CACHE_DIR=${RELU2_CACHE_DIR:-/tmp/relu2-cache}
 export PYTHONPATH="$ROOT:/tmp/site:/tmp/relu2-self${PYTHONPATH:+:$PYTHONPATH}"
 MACHINE=${RELU2_MACHINE:-h200}
+COUNTERS=/tmp/relu2-counters
 RESULTS=${RELU2_RESULTS:-results}
 # The copied checkout belongs to another user than root here; git would refuse to read it.
 git config --global --add safe.directory '*'
@@ -163,6 +168,24 @@ compare_step() {  # compare_step BASE,HEAD
   tar -C $folders -czf "$OUT/compare.tgz" .
 }
 
+counters_step() {  # counters_step NAME ARGS: relu2 counters ARGS into $COUNTERS/NAME-N
+  local name=$1 args=$2 n=1
+  too_late "counters-$name" "${RELU2_COUNTERS_S:-150}" RELU2_COUNTERS_S && return 0
+  mkdir -p "$COUNTERS"
+  while [ -e "$COUNTERS/$name-$n" ]; do n=$((n + 1)); done
+  run "counters-$name-$n" bash -c "t0=\$SECONDS; python3 -m relu2 counters ${args//+/ } --out $COUNTERS/$name-$n; rc=\$?; echo counters exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
+  tar -C "$COUNTERS" -czf "$OUT/counters.tgz" .
+}
+
+counters_patch() {  # counters_patch PATCH[:ARGS]: fused built from csrc/ with docs/aa/PATCH applied
+  local patch=${1%%:*} args=--impl+fused src
+  [ "$1" != "$patch" ] && args=${1#*:}
+  src=/tmp/relu2-csrc-${patch%.patch}
+  [ -d "$src" ] || { mkdir -p "$src" && cp -r "$ROOT/csrc" "$src/" && (cd "$src" && git apply "$ROOT/docs/aa/$patch"); } ||
+    { echo "-- counters-$patch: the patch does not apply" | tee -a "$LOG/summary.txt"; return 0; }
+  RELU2_CSRC_DIR=$src/csrc counters_step "${patch%.patch}" "$args"
+}
+
 inspect_all() {
   for args in "compile_dynamic --shape 2048x12288" "compile_model --shape 2048x12288 --no-source" \
               "compile_dim0 --shape 2048x12288 --no-source" "compile_dynamic --shape 16384x12288 --no-source" \
@@ -215,8 +238,10 @@ for step in "${@:-smoke}"; do
     compare=*) compare_step "${step#compare=}" ;;
     suites=*) if [ -n "${step#suites=}" ]; then export RELU2_BENCH_SUITES=${step#suites=} RELU2_ASV_BENCH=${step#suites=}
               else unset RELU2_BENCH_SUITES RELU2_ASV_BENCH; fi ;;
+    counters=*) counters_step grid "${step#counters=}" ;;
+    counters-patch=*) counters_patch "${step#counters-patch=}" ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
-    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | planted=PATCH | compare=BASE,HEAD | suites=NAMES | sweep=ARG+ARG...]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | planted=PATCH | compare=BASE,HEAD | suites=NAMES | sweep=ARG+ARG... | counters=ARG+ARG... | counters-patch=PATCH[:ARG+ARG...]]..." >&2; exit 2 ;;
   esac
 done
 if [ -d "/tmp/relu2-repo/$RESULTS" ]; then

@@ -1,0 +1,363 @@
+"""Work counters: what each kernel of a cell did, counted by Nsight Compute (``ncu``).
+
+Time moves between processes and boxes; the work a kernel does does not.  For one GPU model and one
+software stack, the instructions a kernel executes, its global load and store instructions and its
+launch (grid, block, registers) are the same to the last unit in every run: a cell whose counters
+changed ran a different kernel, whatever its timings say, and one whose counters did not ran the
+same one.  docs/methodology.md ("Work counters") says which counters were measured exact on the H200
+and how; ``COUNTERS`` marks them.
+
+How a cell is counted.  One child process measures every cell asked for under ``ncu
+--profile-from-start off``: each implementation is warmed up outside the profiled ranges (its
+compile, its agreement check: what a timing is preceded by, ``relu2.measure.prepare_and_check``),
+then each launch of a cell runs in a profiled range of its own, opened by a marker kernel (torch's
+``spin_kernel``, which no implementation launches): the kernels ncu lists between two markers are
+that launch's.  Inputs are seeded, so every run counts the same values.
+
+Without CUDA, or without ``ncu``, or where the driver refuses the counters, nothing is counted:
+``unavailable()`` says why in one line, and everything else works as before.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from relu2.schema import Cell
+
+# --- the vocabulary ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One figure ncu reads for every kernel.  ``exact``: identical in every A/A measured (processes,
+    launches and boxes), so any difference is a different kernel; the others are kept for the record
+    and never judged."""
+
+    name: str
+    metric: str
+    unit: str
+    exact: bool
+    doc: str
+
+
+COUNTERS: tuple[Counter, ...] = (
+    Counter("instructions", "smsp__inst_executed.sum", "", True, "warp instructions executed"),
+    Counter("global_loads", "smsp__sass_inst_executed_op_global_ld.sum", "", True,
+            "global load instructions executed (warp level)"),
+    Counter("global_stores", "smsp__sass_inst_executed_op_global_st.sum", "", True,
+            "global store instructions executed (warp level)"),
+    Counter("load_bytes", "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "B", True,
+            "bytes global loads asked the L1 for"),
+    Counter("store_bytes", "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum", "B", True,
+            "bytes global stores handed to the L1"),
+    Counter("dram_read_bytes", "dram__bytes_read.sum", "B", False, "bytes read from DRAM (caches flushed first)"),
+    Counter("dram_write_bytes", "dram__bytes_write.sum", "B", False, "bytes written to DRAM"),
+    Counter("l2_sectors", "lts__t_sectors.sum", "", False, "L2 sectors accessed"),
+    Counter("duration_ns", "gpu__time_duration.sum", "ns", False, "the profiled launch's duration (clocks not fixed)"),
+)
+COUNTER_NAMES: tuple[str, ...] = tuple(c.name for c in COUNTERS)
+EXACT: tuple[str, ...] = tuple(c.name for c in COUNTERS if c.exact)
+# The launch itself: ncu's columns of every kernel row, and one metric.
+REGISTERS_METRIC = "launch__registers_per_thread"
+METRICS: tuple[str, ...] = tuple(c.metric for c in COUNTERS) + (REGISTERS_METRIC,)
+MARKER = "spin_kernel"  # torch.cuda._sleep's kernel: opens every profiled launch
+
+ENV_NCU = "RELU2_NCU"  # the ncu executable (default: ncu on PATH, then the CUDA toolkit's)
+
+
+# --- what one kernel did ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """One kernel launch as ncu saw it: its name, launch and counters (by ``Counter.name``)."""
+
+    name: str
+    grid: str  # "(x, y, z)"
+    block: str
+    registers: int
+    counts: Mapping[str, float]
+
+    @property
+    def launch(self) -> tuple[str, str, str, int]:
+        return (self.name, self.grid, self.block, self.registers)
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one call of a cell launched, in order."""
+
+    kernels: tuple[KernelWork, ...]
+
+    def total(self, counter: str) -> float:
+        return sum(k.counts.get(counter, math.nan) for k in self.kernels)
+
+    @property
+    def launches(self) -> tuple[tuple[str, str, str, int], ...]:
+        return tuple(k.launch for k in self.kernels)
+
+    def exact(self) -> tuple:
+        """Everything that must be equal for the work to be the same: launches and exact counters."""
+        return (self.launches, tuple(tuple(k.counts.get(c) for c in EXACT) for k in self.kernels))
+
+    def same_as(self, other: "Work") -> bool:
+        return self.exact() == other.exact()
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [asdict(k) | {"counts": dict(k.counts)} for k in self.kernels]
+
+    @classmethod
+    def from_json(cls, data: Sequence[Mapping[str, Any]]) -> "Work":
+        return cls(tuple(KernelWork(k["name"], k["grid"], k["block"], int(k["registers"]),
+                                    {c: float(v) for c, v in k["counts"].items()}) for k in data))
+
+
+def describe_change(base: Work, head: Work) -> str:
+    """"instructions +6.0%, dram_read_bytes +3.1%"; the launches when they differ; "" when the same."""
+    if base.launches != head.launches:
+        def names(w: Work) -> str:
+            return " + ".join(f"{k.name} {k.grid}x{k.block}" for k in w.kernels) or "nothing"
+        return f"launches {names(base)} -> {names(head)}"
+    parts = []
+    for c in COUNTERS:
+        if not c.exact and c.name != "dram_read_bytes":
+            continue
+        a, b = base.total(c.name), head.total(c.name)
+        if a != b and not (math.isnan(a) and math.isnan(b)):
+            parts.append(f"{c.name} {_relative(a, b)}")
+    return ", ".join(parts)
+
+
+def _relative(a: float, b: float) -> str:
+    if a == 0:
+        return f"{a:g} -> {b:g}"
+    return f"{(b / a - 1) * 100:+.1f}%"
+
+
+# --- reading ncu's CSV ----------------------------------------------------------------------------
+
+
+class NcuOutputError(ValueError):
+    """ncu's output is not the CSV this module asked for."""
+
+
+def parse_ncu_csv(text: str) -> list[KernelWork]:
+    """Every kernel row of ``ncu --csv --page raw --print-units base`` output, in launch order.
+
+    Lines before the header (ncu's ``==PROF==`` messages, the program's own output) are skipped; the
+    row after the header holds units.  Numbers may carry thousands separators.
+    """
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
+    if start is None:
+        return []
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, body = rows[0], rows[2:]
+    col = {name: i for i, name in enumerate(header)}
+    missing = [n for n in ("Kernel Name", "Grid Size", "Block Size") if n not in col]
+    if missing:
+        raise NcuOutputError(f"ncu's CSV lacks {', '.join(missing)}")
+    kernels = []
+    for row in body:
+        if len(row) != len(header) or not row[0].strip().isdigit():
+            continue
+        # A metric this ncu does not know has no column: NaN, never a guess.
+        counts = {c.name: _number(row[col[c.metric]]) if c.metric in col else math.nan for c in COUNTERS}
+        registers = _number(row[col[REGISTERS_METRIC]]) if REGISTERS_METRIC in col else math.nan
+        kernels.append(KernelWork(row[col["Kernel Name"]], row[col["Grid Size"]], row[col["Block Size"]],
+                                  -1 if math.isnan(registers) else int(registers), counts))
+    return kernels
+
+
+def _number(text: str) -> float:
+    t = text.replace(",", "").strip()
+    try:
+        return float(t)
+    except ValueError:
+        return math.nan
+
+
+def split_launches(kernels: Sequence[KernelWork]) -> list[Work]:
+    """The kernels after each marker, up to the next: one Work per profiled launch."""
+    launches: list[list[KernelWork]] = []
+    for k in kernels:
+        if MARKER in k.name:
+            launches.append([])
+        elif launches:
+            launches[-1].append(k)
+    return [Work(tuple(group)) for group in launches]
+
+
+# --- where ncu is, and whether it can count here -----------------------------------------------------
+
+
+def ncu_path() -> str | None:
+    explicit = os.environ.get(ENV_NCU)
+    if explicit:
+        return explicit if shutil.which(explicit) else None
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "ncu").exists():
+            return str(Path(home) / "bin" / "ncu")
+    return None
+
+
+def unavailable(device: str) -> str:
+    """Why counters cannot be measured here ("" when they can be tried)."""
+    if device != "cuda":
+        return f"not measured here: counters are read by Nsight Compute on CUDA, and this run is on {device}"
+    if ncu_path() is None:
+        return f"not measured here: no ncu (Nsight Compute) on PATH or in the CUDA toolkit (set ${ENV_NCU})"
+    return ""
+
+
+# --- measuring: the parent ------------------------------------------------------------------------------
+
+
+@dataclass
+class Counted:
+    """What one counting run found: each cell's Work per launch, or why it has none."""
+
+    works: dict[Cell, list[Work]] = field(default_factory=dict)
+    failed: dict[Cell, str] = field(default_factory=dict)
+    raw_csv: str = ""
+    seconds: float = 0.0
+
+    def work(self, cell: Cell) -> Work | None:
+        launches = self.works.get(cell)
+        return launches[0] if launches else None
+
+
+def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0) -> Counted:
+    """Count every cell's work in one child process under ncu; RuntimeError when ncu itself fails."""
+    import time
+
+    ncu = ncu_path()
+    if ncu is None:
+        raise RuntimeError(unavailable("cuda"))
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="relu2-counters-") as tmp:
+        plan, done = Path(tmp) / "plan.json", Path(tmp) / "done.json"
+        plan.write_text(json.dumps({"cells": [_cell_json(c) for c in cells], "launches": launches}))
+        log = Path(tmp) / "ncu.csv"
+        command = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "application-only",
+                   "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(METRICS),
+                   "--log-file", str(log),
+                   sys.executable, "-m", "relu2.counters", str(plan), str(done)]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        raw = log.read_text() if log.exists() else ""
+        if '"ID",' not in raw:  # an ncu that prints its CSV to stdout despite --log-file
+            raw = proc.stdout
+        if proc.returncode != 0 or not done.exists():
+            tail = (proc.stderr.strip().splitlines() or raw.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"ncu exited {proc.returncode}: {tail}")
+        ran = json.loads(done.read_text())
+    counted = Counted(raw_csv=raw, seconds=time.perf_counter() - start)
+    groups = split_launches(parse_ncu_csv(raw))
+    expected = sum(len(entry["launches"]) for entry in ran["launched"])
+    if len(groups) != expected:
+        raise RuntimeError(f"ncu listed {len(groups)} profiled launches, the child made {expected}")
+    it = iter(groups)
+    for entry in ran["launched"]:
+        cell = _cell_of(entry["cell"])
+        counted.works[cell] = [next(it) for _ in entry["launches"]]
+    for entry in ran["failed"]:
+        counted.failed[_cell_of(entry["cell"])] = entry["reason"]
+    return counted
+
+
+def _cell_json(cell: Cell) -> dict[str, Any]:
+    return {"impl": cell.impl, "dtype": cell.dtype, "numel": cell.numel, "shape": list(cell.shape)}
+
+
+def _cell_of(data: Mapping[str, Any]) -> Cell:
+    return Cell(data["impl"], data["dtype"], int(data["numel"]), tuple(data["shape"]))
+
+
+# --- measuring: the child, under ncu --------------------------------------------------------------------
+
+SEED = 20261203
+
+
+def _child(plan_path: str, done_path: str) -> int:
+    import torch
+
+    from relu2.agreement import AgreementError
+    from relu2.inputs import dtype_of, random_input
+    from relu2.measure import describe, free_memory, prepare_and_check
+    from relu2.registry import get
+
+    plan = json.loads(Path(plan_path).read_text())
+    launches = int(plan["launches"])
+    done: dict[str, list] = {"launched": [], "failed": []}
+    for data in plan["cells"]:
+        cell = _cell_of(data)
+        try:
+            impl = get(cell.impl)
+            why = impl.reason if impl.broken else impl.why_not("cuda")
+            if why:
+                done["failed"].append({"cell": data, "reason": why})
+                continue
+            prepare_and_check(impl, cell, "cuda")  # the warm-up a timing gets: compiles, agreement
+            generator = torch.Generator(device="cuda").manual_seed(SEED)
+            x = random_input(cell.numel, dtype_of(cell.dtype), "cuda", generator=generator).view(cell.shape)
+            impl.fn(x.clone() if impl.writes_input else x)  # this very input met once, untimed
+            for _ in range(launches):
+                arg = x.clone() if impl.writes_input else x
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+                torch.cuda._sleep(1)
+                impl.fn(arg)
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+            done["launched"].append({"cell": data, "launches": list(range(launches))})
+            del x
+        except AgreementError as e:
+            done["failed"].append({"cell": data, "reason": str(e)})
+        except Exception as e:  # noqa: BLE001  one cell's failure is recorded, the others are counted
+            done["failed"].append({"cell": data, "reason": describe(e)})
+        free_memory("cuda", collect=False)
+    Path(done_path).write_text(json.dumps(done))
+    return 0
+
+
+def report_json(counted: Counted) -> dict[str, Any]:
+    return {
+        "counters": [asdict(c) for c in COUNTERS],
+        "cells": [{"cell": _cell_json(cell), "launches": [w.to_json() for w in works]}
+                  for cell, works in counted.works.items()],
+        "failed": [{"cell": _cell_json(cell), "reason": reason} for cell, reason in counted.failed.items()],
+        "seconds": counted.seconds,
+    }
+
+
+def format_table(counted: Counted) -> str:
+    """One line a cell: the launches' kernels and the exact counters of its first launch."""
+    lines = [f"{'cell':<40}{'kernels':>8}{'instructions':>16}{'global ld':>12}{'global st':>12}{'DRAM read':>14}"
+             f"  {'same each launch'}"]
+    for cell, works in counted.works.items():
+        w = works[0]
+        same = all(x.same_as(w) for x in works[1:])
+        lines.append(f"{cell.describe():<40}{len(w.kernels):>8}{w.total('instructions'):>16,.0f}"
+                     f"{w.total('global_loads'):>12,.0f}{w.total('global_stores'):>12,.0f}"
+                     f"{w.total('dram_read_bytes'):>14,.0f}  {'yes' if same else 'NO'}")
+    for cell, reason in counted.failed.items():
+        lines.append(f"{cell.describe():<40} not counted: {reason.splitlines()[0] if reason else ''}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child(*sys.argv[1:3]))
