@@ -124,18 +124,26 @@ class Work:
 
 
 def describe_change(base: Work, head: Work) -> str:
-    """"instructions +6.0%, dram_read_bytes +3.1%"; the launches when they differ; "" when the same."""
-    if base.launches != head.launches:
-        def names(w: Work) -> str:
-            return " + ".join(f"{k.name} {k.grid}x{k.block}" for k in w.kernels) or "nothing"
-        return f"launches {names(base)} -> {names(head)}"
+    """How ``head``'s work differs from ``base``'s, "" when it is the same: the kernels launched (name,
+    grid, block), registers, then each exact counter's move in total over the call, with DRAM bytes read
+    beside them (not exact, but what a memory-bound kernel's time follows)."""
+    if base.same_as(head):
+        return ""
+
+    def kernels(w: Work) -> str:
+        return " + ".join(f"{k.name.split('(')[0]} {k.grid}x{k.block}" for k in w.kernels) or "nothing"
+
     parts = []
+    if [k.launch[:3] for k in base.kernels] != [k.launch[:3] for k in head.kernels]:
+        parts.append(f"launches {kernels(base)} -> {kernels(head)}")
+    elif [k.registers for k in base.kernels] != [k.registers for k in head.kernels]:
+        parts.append("registers " + ",".join(str(k.registers) for k in base.kernels) + " -> "
+                     + ",".join(str(k.registers) for k in head.kernels))
     for c in COUNTERS:
-        if not c.exact and c.name != "dram_read_bytes":
-            continue
-        a, b = base.total(c.name), head.total(c.name)
-        if a != b and not (math.isnan(a) and math.isnan(b)):
-            parts.append(f"{c.name} {_relative(a, b)}")
+        if c.exact or c.name == "dram_read_bytes":
+            a, b = base.total(c.name), head.total(c.name)
+            if a != b and not (math.isnan(a) or math.isnan(b)):
+                parts.append(f"{c.name} {_relative(a, b)}")
     return ", ".join(parts)
 
 
@@ -342,6 +350,21 @@ def report_json(counted: Counted) -> dict[str, Any]:
         "failed": [{"cell": _cell_json(cell), "reason": reason} for cell, reason in counted.failed.items()],
         "seconds": counted.seconds,
     }
+
+
+def read_report(folder: Path) -> Counted:
+    """A folder ``relu2 counters`` wrote (counters.json, or counters.json.gz as docs/aa keeps it)."""
+    import gzip
+
+    plain, packed = folder / "counters.json", folder / "counters.json.gz"
+    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
+    data = json.loads(text)
+    counted = Counted(seconds=float(data.get("seconds", 0.0)))
+    for entry in data["cells"]:
+        counted.works[_cell_of(entry["cell"])] = [Work.from_json(w) for w in entry["launches"]]
+    for entry in data["failed"]:
+        counted.failed[_cell_of(entry["cell"])] = entry["reason"]
+    return counted
 
 
 def format_table(counted: Counted) -> str:
