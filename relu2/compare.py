@@ -577,8 +577,6 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     if suites:
         check_suites(benchmarks, suites)
     device = resolve_device(device)
-    # Said, not refused, unless asked (--require-idle): interleaving spreads a busy box over both sides.
-    quiet.before_measuring("relu2 compare", require_idle, gpu=device == "cuda")
     machine = machine or Machine.get_unique_machine_name()
     info = {"format": FORMAT, "box": box_id(), "machine": machine, "gpu": "", "device": device,
             "base": {"ref": base, "sha": shas["base"]}, "head": {"ref": head, "sha": shas["head"]},
@@ -588,12 +586,16 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             "instrument": git_commit(Path(__file__).resolve().parent.parent) or "", "started_at": _now(),
             "finished_at": None, "complete": False}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
+    with environ(env_suites):
+        info["suites"] = suite_names(benchmarks)
+    if earlier is not None:
+        check_resumable(folder, earlier, info)
+        info["started_at"] = earlier["started_at"]
+    # Said, not refused, unless asked (--require-idle): interleaving spreads a busy box over both sides.
+    # After every refusal: a refused command says only why it refused.
+    quiet.before_measuring("relu2 compare", require_idle, gpu=device == "cuda")
     with tempfile.TemporaryDirectory(prefix="relu2-compare-") as tmp, environ(env_suites):
         scratch = Path(tmp)
-        info["suites"] = suite_names(benchmarks)
-        if earlier is not None:
-            check_resumable(folder, earlier, info)
-            info["started_at"] = earlier["started_at"]
         with ruler(scratch) as r, sides(root, shas["base"], shas["head"], scratch, say) as (b, h):
             check_measured_env([b.measured, h.measured])
             (folder / ROUNDS_DIR).mkdir(parents=True, exist_ok=True)
