@@ -83,6 +83,7 @@ from relu2.schema import (  # noqa: E402
     WARMUP_WIDTHS,
     Cell,
     activation_shape,
+    env_flag,
     grid_shape,
     kernel_id,
 )
@@ -105,7 +106,7 @@ LISTED: frozenset = frozenset(SUITE_IMPLS + VLLM_IMPLS + VLLM_SHAPES_IMPLS + WAR
 
 
 def _quick() -> bool:
-    return os.environ.get("RELU2_BENCH_QUICK", "").strip().lower() in ("1", "true", "yes")
+    return env_flag("RELU2_BENCH_QUICK")  # ValueError for a value that is neither on nor off
 
 
 def _impls(default: tuple) -> list:

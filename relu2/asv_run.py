@@ -48,6 +48,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,7 @@ from typing import Any, Iterator, Sequence
 from relu2.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION
 from relu2.machine import environ
 from relu2.results import atomic_write_text
+from relu2.schema import env_flag
 
 
 def atomic_write_json(path: str, data: Any, api_version: int | None = None, compact: bool = False) -> None:
@@ -170,6 +172,7 @@ def prepare(argv: Sequence[str], require_idle: bool = False) -> tuple[str, dict[
         return None
     check_prerequisites(argv)
     check_suite_environment(_option(argv, "--config") or "asv.conf.json")
+    check_asv_arguments(argv)
     seen = quiet.before_measuring("relu2 asv", require_idle)  # UsageError before anything is written
     if narrowing() and _option(argv, "--config") is not None:
         print(f"relu2 asv: warning: {narrowing()} narrows the suites' parameters, and asv publish draws only the "
@@ -179,6 +182,74 @@ def prepare(argv: Sequence[str], require_idle: bool = False) -> tuple[str, dict[
 
     # Recorded once the input is good, with whether the machine was quiet.
     return _option(argv, "--machine") or Machine.get_unique_machine_name(), seen.machine_keys()
+
+
+def check_asv_arguments(argv: Sequence[str]) -> None:
+    """UsageError (one line, before anything is written) for what asv itself would refuse only after the
+    machine file, the narrowed configuration and a results folder exist: options asv's parser rejects,
+    a machine name that is a path, a --python that names no interpreter, a --bench that matches no
+    benchmark of the suites, a range that holds no commit."""
+    import contextlib
+    import io
+
+    from asv.commands import make_argparser
+    from asv.config import Config
+
+    from relu2.machine import UsageError
+    from relu2.outputs import name_part
+
+    parser, _ = make_argparser()
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            args = parser.parse_args(list(argv))
+    except SystemExit:
+        lines = [ln for ln in said.getvalue().splitlines() if ln.strip()]
+        raise UsageError(f"asv {argv[0]}: {lines[-1].split(': error: ', 1)[-1] if lines else 'bad options'}") from None
+    machine = _option(argv, "--machine")
+    if machine is not None:
+        name_part(machine)
+    python = _option(argv, "--python")
+    if python and python != "same" and not (os.path.isfile(python) or shutil.which(python)
+                                            or shutil.which(f"python{python}")):
+        raise UsageError(f"--python {python}: no such interpreter here (give a version with an installed "
+                         "python3.X, a path, or same)")
+    config = _option(argv, "--config") or "asv.conf.json"
+    conf = Config.load(config)
+    bench = _option(argv, "--bench") or _option(argv, "-b")
+    if bench:
+        names = suite_benchmarks(Path(conf.benchmark_dir))
+        try:
+            pattern = re.compile(bench)
+        except re.error as e:
+            raise UsageError(f"--bench {bench!r}: not a regular expression ({e})") from None
+        if names and not any(pattern.search(n) for n in names):
+            raise UsageError(f"--bench {bench!r} matches no benchmark of {conf.benchmark_dir} (e.g. "
+                             f"{', '.join(names[:3])})")
+    range_spec = getattr(args, "range", None)
+    if argv[0] == "run" and range_spec and ".." in range_spec and os.path.isdir(conf.repo):
+        _check_range(conf.repo, range_spec)
+        listed = subprocess.run(["git", "rev-list", "--first-parent", range_spec, "--"], cwd=conf.repo,
+                                capture_output=True, text=True)
+        if listed.returncode == 0 and not listed.stdout.strip():
+            raise UsageError(f"the range {range_spec} holds no commit (A..B is what B has and A has not)")
+
+
+def suite_benchmarks(bench_dir: Path) -> list[str]:
+    """The names asv gives the suites' benchmarks ("bench_relu2.Grid.track_hot"), read torch-free."""
+    import importlib.util
+
+    path = bench_dir / "bench_relu2.py"
+    if not path.is_file():
+        return []
+    spec = importlib.util.spec_from_file_location("relu2_bench_names", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    names = []
+    for name, suite in vars(module).items():
+        if isinstance(suite, type) and not name.startswith("_") and suite.__module__ == module.__name__:
+            names += [f"bench_relu2.{name}.{m}" for m in dir(suite) if m.startswith(("track_", "time_"))]
+    return names
 
 
 def _record(name: str, extra: dict[str, str]) -> None:
@@ -200,6 +271,7 @@ def check_suite_environment(config: str) -> None:
     try:
         timeout_from_env()
         rounds_from_env()
+        env_flag("RELU2_BENCH_QUICK")
     except ValueError as e:
         raise UsageError(str(e)) from None
     conf = json.loads(Path(config).read_text(encoding="utf-8"))
@@ -482,7 +554,7 @@ NARROWED = "narrowed"  # .asv/narrowed/: where a narrowed run of this checkout's
 def narrowing() -> str:
     """The suite variable that narrows the suites' parameters ("" when none): a run with it lists fewer
     parameters in benchmarks.json than the results folder's history holds."""
-    if os.environ.get("RELU2_BENCH_QUICK", "").strip().lower() in ("1", "true", "yes"):
+    if env_flag("RELU2_BENCH_QUICK"):
         return "RELU2_BENCH_QUICK"
     return "RELU2_BENCH_IMPLS" if os.environ.get("RELU2_BENCH_IMPLS", "").strip() else ""
 

@@ -618,6 +618,11 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
     plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor or DEFAULT_FACTOR, budget, factors)
     state = state or default_state(repo, plan.commits, plan.cells)
     steps = load_steps(plan, state)
+    from relu2.outputs import claim_file
+
+    # Written after every step: a state file that cannot be written is refused before step 0, and one
+    # that is not this search's own is never replaced (load_steps refused another search's already).
+    claim_file(state, "--state", own=lambda _: True)
     say = progress or (lambda line: None)
     say(f"relu2 bisect: {len(plan.commits) - 1} commit{'s' * (len(plan.commits) != 2)} after GOOD {plan.commits[0][:10]} up to BAD "
         f"{plan.commits[-1][:10]} (first parent), {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}; state {state}"

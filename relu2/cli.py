@@ -73,8 +73,9 @@ def _csv_list(choices: Sequence[str] | None = None):
     return parse
 
 
-def _number(kind: type, minimum: float = 0.0, strict: bool = True):
-    """A finite number above ``minimum`` (or at least it, ``strict=False``); the error echoes the text as typed."""
+def _number(kind: type, minimum: float = 0.0, strict: bool = True, maximum: float | None = None):
+    """A finite number above ``minimum`` (or at least it, ``strict=False``) and at most ``maximum``: a count
+    or a time that no run could finish is refused, not started; the error echoes the text as typed."""
     def parse(text: str):
         try:
             value = kind(text)
@@ -84,13 +85,15 @@ def _number(kind: type, minimum: float = 0.0, strict: bool = True):
             raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         if not (value > minimum if strict else value >= minimum):
             raise argparse.ArgumentTypeError(f"must be {'>' if strict else '>='} {minimum:g}, got {text!r}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:g}, got {text!r}")
         return value
 
     return parse
 
 
-def _positive(kind: type):
-    return _number(kind)
+def _positive(kind: type, maximum: float | None = None):
+    return _number(kind, maximum=maximum)
 
 
 def _out_dir(text: str) -> str:
@@ -105,6 +108,15 @@ def _out_file(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"not a file: {text!r} (name the output file)")
     return text
+
+
+def _nonempty(option: str):
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"empty {option}: name one, or leave the option out")
+        return text
+
+    return parse
 
 
 def _names(text: str) -> list[str]:
@@ -209,8 +221,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from relu2 import machine, sweep, sweep_job
     from relu2.isolation import timeout_from_env
 
+    from relu2 import outputs
+
     device = machine.resolve_device(args.device)
     timeout_s = timeout_from_env()  # checked even under --timeout: one variable, one meaning, everywhere
+    outputs.claim_dir(args.out, force=args.force, resume=lambda d: (d / "sweep.partial.csv").exists())
     names = sweep_job.implementations(args.impl, sweep.registered_names(), None if args.impl else sweep.default_names())
     cells = sweep_job.plan_cells(names, args.dtype, args.sizes or schema.default_sizes(device), grid=not args.no_grid,
                                  model_shapes=args.model_shapes, vllm_shapes=args.vllm_shapes, nemotron=args.nemotron)
@@ -233,11 +248,12 @@ def _load_rows(source: Path, machine_name: str | None):
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from relu2 import machine, plot
+    from relu2 import machine, outputs, plot
 
     source = Path(args.source)
     if not source.exists():
         return _fail("plot", f"{source} does not exist")
+    outputs.claim_dir(args.out, force=args.force)
     rows = _load_rows(source, args.machine)
     if not rows:
         return _fail("plot", f"no results in {source}")
@@ -248,10 +264,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         commit = resolve_commit(source, commit, args.machine)
     elif commit:
         commit = machine.git_resolve(commit, machine.repo_of(source)) or commit
-    out = Path(args.out)
-    blocker = next((p for p in (out, *out.parents) if p.exists()), None)  # made only once there is a plot
-    if blocker is not None and not blocker.is_dir():
-        return _fail("plot", f"cannot make the folder --out {out}: {blocker} is a file")
+    out = Path(args.out)  # made only once there is a plot
     drawn = plot.plot_all(rows, out, commit=commit, repo=machine.repo_of(source))
     for path in drawn:
         print(path)
@@ -260,8 +273,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from relu2 import asv_results
+    from relu2 import asv_results, outputs
 
+    if args.out:
+        outputs.claim_file(args.out, force=args.force)
     n = asv_results.export_csv(Path(args.results), args.out, machine=args.machine, commit=args.commit)
     if args.out:
         print(f"wrote {n} rows to {args.out}", file=sys.stderr)
@@ -283,7 +298,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
     floor_s = None if args.floor_us is None else args.floor_us * 1e-6
     if args.compare:
-        extra = [f for f, v in (("BASE", args.base), ("--machine", args.machine), ("--base-machine", args.base_machine),
+        extra = [f for f, v in (("BASE", args.base), ("--results", args.results), ("--machine", args.machine),
+                                ("--base-machine", args.base_machine),
                                 ("--head-machine", args.head_machine), ("--across-gpus", args.across_gpus)) if v]
         if extra:
             return _fail("gate", f"--compare DIR names its own commits and box: {', '.join(extra)} does not go with it")
@@ -294,7 +310,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     else:
         if not (args.base and args.head):
             return _fail("gate", "give BASE and HEAD, or --compare DIR")
-        report = gate.gate(Path(args.results), args.base, args.head, machine=args.machine, factor=args.factor,
+        report = gate.gate(Path(args.results or "results"), args.base, args.head, machine=args.machine, factor=args.factor,
                            base_machine=args.base_machine, head_machine=args.head_machine, floor_s=floor_s,
                            gate_launch=args.gate_launch, allow_missing=args.allow_missing, with_spread=args.spread,
                            across_gpus=args.across_gpus, across_versions=args.across_versions,
@@ -315,6 +331,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         raise UsageError("--resume needs --out DIR: the incomplete compare to continue")
     out = Path(args.out) if args.out else compare.default_out()
+    if args.noise_model or os.environ.get("RELU2_NOISE_MODEL"):
+        from relu2 import noise
+
+        noise.load_models(args.noise_model)  # a model that does not read is refused before anything is measured
 
     def saved() -> str:
         return (f"{compare.kept_rounds(out)} rounds are kept in {out / compare.ROUNDS_DIR} (compare.json: complete false; "
@@ -345,8 +365,22 @@ def _repo(named: str | None) -> Path | None:
     return machine.repo_of(where) if where.is_dir() else None
 
 
+def _same_commits(report: dict, base: str, head: str, repo: str | None, what: str) -> None:
+    """UsageError when a gate report judged other commits than BASE and HEAD (its cells would be measured
+    against commits it never saw)."""
+    from relu2 import machine
+
+    where = _repo(repo)
+    for side, ref in (("base", base), ("head", head)):
+        recorded = str((report.get(side) or {}).get("commit") or "")
+        sha = machine.git_resolve(ref, where) if where else None
+        if recorded and sha and not (sha.startswith(recorded) or recorded.startswith(sha)):
+            raise machine.UsageError(f"{what} judged {side} {recorded[:8]}, not {ref} ({sha[:8]}): give the "
+                                     "commits it judged, or --cell")
+
+
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from relu2 import compare, confirm, lifecycle, machine, quiet
+    from relu2 import confirm, lifecycle, machine, outputs, quiet
     from relu2.results import atomic_write_text
 
     targets, not_cells = list(args.cell), []
@@ -357,6 +391,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
         if not isinstance(report, dict) or not isinstance(report.get("regressions"), list):
             return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report (no list of regressions)")
+        _same_commits(report, args.base, args.head, args.repo, "--from-gate " + args.from_gate)
         try:
             targets += confirm.targets_from_gate(report)
             not_cells = confirm.not_cells_in_gate(report)
@@ -372,7 +407,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         return _fail("confirm", "nothing to re-measure: no --cell, and " +
                      (f"{args.from_gate} flags no cell" if args.from_gate else "no --from-gate report"))
     if args.out:
-        compare.check_out_file(Path(args.out))
+        outputs.claim_file(args.out, force=args.force)
     repo = _repo(args.repo)
     if repo is None:
         return _fail("confirm", f"{args.repo or Path.cwd()}: not a git checkout (run it inside the one that holds "
@@ -438,6 +473,9 @@ def cmd_noise(args: argparse.Namespace) -> int:
         return _fail("noise", "learn needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
     if args.results and args.same_box:
         return _fail("noise", "one kind of model at a time: RESULTS_DIR... (cross-box) or --same-box (same-box)")
+    from relu2 import noise, outputs
+
+    outputs.claim_file(args.out, force=args.force, own=noise.holds_models)
     command = " ".join(["relu2 noise learn", *args.results, *(f"--same-box {d}" for d in args.same_box),
                         *(f"--exclude-box {b}" for b in args.exclude_box), f"--out {args.out}"])
     boxes = gate.resolve_boxes(args.results, args.exclude_box) if args.exclude_box else []
@@ -474,16 +512,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_counters(args: argparse.Namespace) -> int:
-    from relu2 import counters, machine, sweep, sweep_job
+    from relu2 import counters, machine, outputs, sweep, sweep_job
     from relu2.results import WriteError
 
     device = machine.resolve_device(args.device)
     why = counters.unavailable(device)
     if why:
         return _fail("counters", why)
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        return _fail("counters", f"{out} exists and is not an empty folder; name a new one")
+    out = outputs.claim_dir(args.out)
     names = sweep_job.implementations(args.impl, sweep.registered_names(), None if args.impl else sweep.default_names())
     cells = sweep_job.plan_cells(names, args.dtype, args.sizes or schema.default_sizes(device), grid=True,
                                  model_shapes=False, vllm_shapes=False, nemotron=False)
@@ -505,6 +541,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     import time
 
     from relu2 import registry
+
+    jobs = os.environ.get("MAX_JOBS")
+    if jobs is not None and not (jobs.strip().isdigit() and int(jobs) > 0):
+        return _fail("build", f"MAX_JOBS={jobs!r}: the compiler's parallel jobs, a positive whole number")
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        print("relu2 build: warning: TORCH_EXTENSIONS_DIR is not read; the fused kernel builds into "
+              "$RELU2_CACHE_DIR (default ~/.cache/relu2)", file=sys.stderr)
 
     broken = False
     for name in registry.names():  # resolving an implementation builds what it needs (interface 1)
@@ -595,6 +638,19 @@ _REQUIRE_IDLE_HELP = ("refuse to start (exit 2, nothing written) when the machin
 def _add_require_idle(p: argparse.ArgumentParser) -> None:
     p.add_argument("--require-idle", action="store_true", help=_REQUIRE_IDLE_HELP)
 
+def _add_force(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--force", action="store_true", help=f"write over {what} that exists (even one the repository "
+                   "tracks); without it an existing one is refused (exit 2, nothing written)")
+
+
+def _machine_name(text: str) -> str:
+    from relu2.outputs import name_part
+
+    try:
+        return name_part(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--machine ")) from None
+
 
 def build_parser() -> argparse.ArgumentParser:
     modes = ", ".join(f"{m.name} ({m.doc})" for m in schema.MODES)
@@ -604,6 +660,9 @@ def build_parser() -> argparse.ArgumentParser:
         "and torch.compile, agreement checked bitwise before every timing. Exit codes: 0 ok, 1 a finding "
         "(disagreement, failed cell, regression), 2 unusable input, 130 interrupted.",
     )
+    from relu2 import __version__
+
+    parser.add_argument("--version", action="version", version=f"relu2 {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("info", help="device, versions, cache size, copy bandwidth, implementations",
@@ -649,10 +708,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nemotron", action="store_true",
                    help="also time the Nemotron relu² widths at decode and prefill token counts (bf16)")
     p.add_argument("--no-grid", action="store_true", help="only the shapes asked for with the options above")
-    p.add_argument("--samples", type=_positive(int), default=10, help="samples per figure (default: 10)")
-    p.add_argument("--sample-ms", type=_positive(float), default=5.0,
-                   help="milliseconds of calls per sample (default: 5)")
-    p.add_argument("--timeout", type=_positive(float), default=None, metavar="SECONDS",
+    p.add_argument("--samples", type=_positive(int, 10_000), default=10,
+                   help="samples per figure, at most 10000 (default: 10)")
+    p.add_argument("--sample-ms", type=_positive(float, 10_000), default=5.0,
+                   help="milliseconds of calls per sample, at most 10000 (default: 5)")
+    p.add_argument("--timeout", type=_positive(float, 86_400), default=None, metavar="SECONDS",
                    help="an implementation that gives no answer for one input in this long is killed and its "
                    "remaining cells fail (default: 300)")
     p.add_argument("--in-process", action="store_true",
@@ -662,7 +722,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="machine name recorded in the CSV (default: the GPU's name on CUDA, else the hostname)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_require_idle(p)
-    p.add_argument("--out", type=_out_dir, required=True, help="output directory (locked while the sweep runs)")
+    p.add_argument("--out", type=_out_dir, required=True, help="a new output folder, or one this command left "
+                   "unfinished (it resumes); locked while the sweep runs")
+    _add_force(p, "a folder")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("plot", help="latency, bandwidth, speed-up, memory and history plots",
@@ -670,8 +732,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "ceiling), speed-up over eager, GPU memory at the peak of a call, and the history of cells "
                        "across commits, as PNG and SVG, from an asv results directory or a sweep.csv.")
     p.add_argument("source", help="asv results directory (e.g. results/) or a sweep.csv")
-    p.add_argument("--out", type=_out_dir, required=True, help="output directory")
-    p.add_argument("--commit", help="commit to plot: a hash, a prefix or a git ref (main~1); default: the latest")
+    p.add_argument("--out", type=_out_dir, required=True, help="a new output folder")
+    _add_force(p, "a folder")
+    p.add_argument("--commit", type=_nonempty("--commit"),
+                   help="commit to plot: a hash, a prefix or a git ref (main~1); default: the latest")
     p.add_argument("--machine", help="machine to plot; default: the latest commit's")
     p.set_defaults(func=cmd_plot)
 
@@ -679,9 +743,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Write the asv results under RESULTS_DIR as a tidy CSV to --out, or to stdout. "
                        "Columns: " + "; ".join(f"{c.name} ({c.doc})" for c in schema.COLUMNS) + ".")
     p.add_argument("results", metavar="RESULTS_DIR")
-    p.add_argument("--out", help="CSV file to write (default: stdout)")
-    p.add_argument("--machine", help="only this machine")
-    p.add_argument("--commit", help="only this commit: a hash, a prefix or a git ref (main~1, a tag)")
+    p.add_argument("--out", type=_out_file, help="a new CSV file to write (default: stdout)")
+    _add_force(p, "a file")
+    p.add_argument("--machine", type=_nonempty("--machine"), help="only this machine")
+    p.add_argument("--commit", type=_nonempty("--commit"),
+                   help="only this commit: a hash, a prefix or a git ref (main~1, a tag)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("publish", help="the dashboard: asv publish, asv-tachyon's offline UI, keyed by machine",
@@ -698,7 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description=_gate_description())
     p.add_argument("base", metavar="BASE", nargs="?", help="base commit: a hash, a prefix or a git ref (main~1, a tag)")
     p.add_argument("head", metavar="HEAD", nargs="?", help="head commit: a hash, a prefix or a git ref (HEAD, a branch)")
-    p.add_argument("--results", default="results", help="asv results directory (default: results)")
+    p.add_argument("--results", default=None, help="asv results directory (default: results)")
     p.add_argument("--compare", metavar="DIR", default=None,
                    help="a compare folder (relu2 compare --out DIR) instead of BASE HEAD: the paired verdict")
     p.add_argument("--machine", help="the machine of both sides: its folder's name or the name in its machine.json "
@@ -743,11 +809,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("head", metavar="HEAD", help="head commit (a git ref of --repo; BASE itself makes an A/A)")
     p.add_argument("--suites", type=_names, default=[], metavar="A,B",
                    help="only these suites of benchmarks/bench_relu2.py (default: all), e.g. Grid")
-    p.add_argument("--rounds", type=_number(int, 1, strict=False), default=COMPARE_ROUNDS,
+    p.add_argument("--rounds", type=_number(int, 1, strict=False, maximum=COMPARE_MAX), default=COMPARE_ROUNDS,
                    help=f"rounds a side, 1 to {COMPARE_MAX} (default {COMPARE_ROUNDS}; fewer than {COMPARE_ROUNDS} "
                         "leave the paired rule too few pairs)")
     p.add_argument("--repo", metavar="DIR", help="the git checkout holding both commits (default: the one here)")
-    p.add_argument("--machine", help="the machine name to record (default: asv's name for this host)")
+    p.add_argument("--machine", type=_machine_name,
+                   help="the machine name to record (default: asv's name for this host)")
     p.add_argument("--out", type=_out_dir, metavar="DIR",
                    help="a new or empty folder for the layout (default: .asv/compare/BASE8-HEAD8-TIME)")
     p.add_argument("--resume", action="store_true",
@@ -784,12 +851,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
     from relu2.confirm import CONFIRM_ROUNDS, DEFAULT_ROUNDS  # light: no torch, no verdict
 
-    p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False), default=CONFIRM_ROUNDS,
-                   help=f"fresh processes per side, at least {DEFAULT_ROUNDS}: fewer cannot tell a step from the "
+    p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False, maximum=2 * COMPARE_MAX),
+                   default=CONFIRM_ROUNDS,
+                   help=f"fresh processes per side, {DEFAULT_ROUNDS} to {2 * COMPARE_MAX}: fewer cannot tell a step from the "
                         f"spread between rounds (default {CONFIRM_ROUNDS}: twice a compare's)")
-    p.add_argument("--out", type=_out_file, help="write the rounds as JSON here")
+    p.add_argument("--out", type=_out_file, help="write the rounds as JSON here (a new file)")
+    _add_force(p, "a file")
     p.add_argument("--repo", metavar="DIR", help="the git checkout holding both commits (default: the one here)")
-    p.add_argument("--machine", help="the machine name to record (default: this host's name)")
+    p.add_argument("--machine", type=_machine_name, help="the machine name to record (default: this host's name)")
     p.add_argument("--no-progress", action="store_true", help="no progress lines on stderr")
     _add_require_idle(p)
     _add_device(p)
@@ -809,8 +878,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", metavar="DIR", help="the git repository whose commits are bisected (default: this checkout)")
     p.add_argument("--state", metavar="FILE", help="where the steps are kept, for resuming (default: in the "
                    "repository's git folder, named by the range and the cells)")
-    p.add_argument("--budget", type=_number(int, bisect.MIN_ROUNDS, strict=False), default=bisect.DEFAULT_BUDGET,
-                   metavar="ROUNDS", help=f"the most rounds one step measures, at least {bisect.MIN_ROUNDS} "
+    p.add_argument("--budget", type=_number(int, bisect.MIN_ROUNDS, strict=False, maximum=2 * COMPARE_MAX),
+                   default=bisect.DEFAULT_BUDGET,
+                   metavar="ROUNDS", help=f"the most rounds one step measures, {bisect.MIN_ROUNDS} to {2 * COMPARE_MAX} "
                    f"(default {bisect.DEFAULT_BUDGET})")
     p.add_argument("--factor", type=_number(float, 1.0), default=None,
                    help=f"one factor for every cell: a median per-round ratio beyond it is a move (default: "
@@ -836,8 +906,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--same-box", action="append", default=[], metavar="COMPARE_DIR",
                    help="learn (or check) the same-box model from these compare folders (A/A: cells whose kernel "
                    "is the same on both sides, so a planted compare's other implementations count too)")
-    p.add_argument("--out", default=None, help="where to write the model (required for learn; a file that holds "
-                   "models of other GPUs or kinds keeps them)")
+    p.add_argument("--out", type=_out_file, default=None, help="where to write the model (required for learn; a "
+                   "file that holds models of other GPUs or kinds keeps them; a file the repository ships, such as "
+                   "relu2/noise_model.json, needs --force)")
+    _add_force(p, "a model file the repository ships, or a file that holds no model,")
     p.add_argument("--exclude-box", action="append", default=[], metavar="FOLDER:MACHINE",
                    help="a box (results folder and machine; a machine name only when one box has it): learn leaves "
                    "it out, check leaves only these out in turn")
@@ -880,8 +952,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impl", type=_csv_list(), help="comma-separated implementations (default: as relu2 sweep)")
     p.add_argument("--dtype", type=_csv_list(schema.DTYPES), default=list(schema.DTYPES), help="default: all three")
     p.add_argument("--sizes", type=_sizes, help=f"comma-separated numels, each {SIZE_FORMS} (default: the grid's)")
-    p.add_argument("--launches", type=_number(int, 1, strict=False), default=1,
-                   help="profiled launches of each cell (default 1; more show they count alike)")
+    p.add_argument("--launches", type=_number(int, 1, strict=False, maximum=100), default=1,
+                   help="profiled launches of each cell, 1 to 100 (default 1; more show they count alike)")
     p.add_argument("--out", type=_out_dir, required=True, help="a new output folder")
     p.set_defaults(func=cmd_counters)
 

@@ -123,28 +123,6 @@ def repo_root(repo: str | os.PathLike | None) -> Path:
     return root
 
 
-def check_out(out: Path) -> None:
-    """UsageError unless ``out`` can be written: a new folder, or an empty one, in a writable folder."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()):
-        raise UsageError(f"--out {out}: not empty (a compare writes a folder of its own)")
-    parent = out.resolve().parent
-    if not parent.is_dir():
-        raise UsageError(f"--out {out}: no folder {parent}")
-    if not os.access(parent if not out.exists() else out, os.W_OK):
-        raise UsageError(f"--out {out}: not writable")
-
-
-def check_out_file(path: Path) -> None:
-    """UsageError unless a file can be written at ``path`` (checked before measuring, not after)."""
-    if path.is_dir():
-        raise UsageError(f"--out {path}: is a folder (name the file to write)")
-    parent = path.resolve().parent
-    if not parent.is_dir():
-        raise UsageError(f"--out {path}: no folder {parent}")
-    if not os.access(path if path.exists() else parent, os.W_OK):
-        raise UsageError(f"--out {path}: not writable")
 
 
 def check_instrument_env() -> None:
@@ -156,6 +134,20 @@ def check_instrument_env() -> None:
     if named and not (Path(named) / "relu2" / "__init__.py").is_file():
         raise UsageError(f"{ENV_INSTRUMENT}={named!r} holds no relu2 package: unset it (relu2 compare measures "
                          "with this checkout's instrument and names it itself)")
+
+
+def check_declared(repo: Path, commits: dict[str, str]) -> set[str]:
+    """The implementations the commits (ref -> sha) declare through interface 1; UsageError naming a commit
+    that predates it (its package would not install into a side, with pip's hint as the only word)."""
+    from relu2.asv_run import declared_implementations
+
+    declared: set[str] = set()
+    for ref, sha in commits.items():
+        names, why = declared_implementations(repo, sha)
+        if why:
+            raise UsageError(f"{ref} ({sha[:8]}) {why}")
+        declared |= set(names)
+    return declared
 
 
 def project_name(tree: Path) -> str:
@@ -193,13 +185,14 @@ def suite_names(benchmarks: Path) -> list[str]:
 
 
 def check_suites(benchmarks: Path, suites: Sequence[str]) -> None:
-    """UsageError naming a suite ``benchmarks/bench_relu2.py`` does not have."""
+    """UsageError for a suite ``benchmarks/bench_relu2.py`` does not have (``suites``, else
+    RELU2_BENCH_SUITES), and for any other suite variable it would refuse."""
     from relu2.asv_run import check_suite_environment
 
     config = benchmarks.parent / "asv.conf.json"
     if not config.is_file():
         raise UsageError(f"{config}: not found (the suites are this checkout's benchmarks/)")
-    with environ({"RELU2_BENCH_SUITES": ",".join(suites)}):
+    with environ({"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}):
         check_suite_environment(str(config))
 
 
@@ -244,7 +237,9 @@ def _install(tree: Path, site: Path, what: str) -> Path:
     run = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                           "--no-build-isolation", "--target", str(site), str(tree)], capture_output=True, text=True)
     if run.returncode != 0:
-        raise UsageError(f"{what} does not install: {(run.stderr.strip().splitlines() or ['?'])[-1]}")
+        lines = run.stderr.strip().splitlines() or ["?"]
+        why = next((ln for ln in lines if ln.lstrip().lower().startswith("error")), lines[-1])
+        raise UsageError(f"{what} does not install: {why.strip()}")
     return site
 
 
@@ -564,20 +559,23 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
 
     from relu2.machine import git_commit, resolve_device
 
+    from relu2 import asv_run
+    from relu2.outputs import claim_dir, name_part
+
     if not 1 <= rounds <= MAX_ROUNDS:
         raise UsageError(f"--rounds {rounds}: expected 1 to {MAX_ROUNDS}")
+    machine = name_part(machine) if machine else Machine.get_unique_machine_name()
     root = repo_root(repo)
     shas = {"base": resolve(root, base), "head": resolve(root, head)}
     folder = Path(out)
     earlier = incomplete(folder) if resume else None
     if not resume:
-        check_out(folder)
+        claim_dir(folder)
     check_instrument_env()
     benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
-    if suites:
-        check_suites(benchmarks, suites)
+    check_suites(benchmarks, suites)
+    asv_run.check_impls(check_declared(root, {base: shas["base"], head: shas["head"]}))
     device = resolve_device(device)
-    machine = machine or Machine.get_unique_machine_name()
     info = {"format": FORMAT, "box": box_id(), "machine": machine, "gpu": "", "device": device,
             "base": {"ref": base, "sha": shas["base"]}, "head": {"ref": head, "sha": shas["head"]},
             "rounds": rounds, "order": order(rounds), "suites": [],

@@ -142,6 +142,7 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
     device = device or default_device()
     say = compare._stderr if progress else (lambda line: None)
     base_sha, head_sha = compare.resolve(repo, base), compare.resolve(repo, head)
+    compare.check_declared(repo, {base: base_sha, head: head_sha})
     compare.check_instrument_env()
     results = {_key_of(t): Confirmed(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode, t.benchmark, dict(t.params))
                for t in targets}

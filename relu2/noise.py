@@ -214,6 +214,14 @@ def default_model_path() -> Path:
     return Path(os.environ.get(MODEL_ENV) or DEFAULT_MODEL_PATH)
 
 
+def holds_models(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a noise model file (``relu2 noise learn`` adds to one, keeping its other models)."""
+    try:
+        return bool(load_models(path))
+    except NoiseModelError:
+        return False
+
+
 def load_models(path: str | os.PathLike | None = None) -> list[NoiseModel]:
     """Every model in a model file (``{"format": 2, "models": [...]}``; default: ``default_model_path``)."""
     path = path or default_model_path()

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from relu2.machine import is_cpu_machine
+from relu2.outputs import claim_replaced_dir
 from relu2.results import atomic_write_text
 from relu2.schema import MODE_NAMES
 
@@ -45,9 +46,14 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
     listing = Path(conf.results_dir) / "benchmarks.json"
     if not listing.is_file():
         raise UsageError(f"nothing to publish: {listing} is missing (relu2 asv run writes it with the results)")
+    html = html_dir(asv_args or [], conf.html_dir)
+    # asv publish empties its html folder before it writes: only a folder of its own, or a new one.
+    claim_replaced_dir(html, "the html folder", own=is_published,
+                       protect=[Path.cwd(), Path(str(config)).resolve().parent, conf.results_dir,
+                                conf.benchmark_dir, conf.env_dir])
     check_results(conf.results_dir)
     for cmd in ([sys.executable, "-m", "asv", "publish", "--config", str(config), *(asv_args or [])],
-                [sys.executable, "-m", "asv_tachyon", "install", conf.html_dir]):
+                [sys.executable, "-m", "asv_tachyon", "install", str(html)]):
         # Progress stays on the terminal; stderr is kept so that a refusal (an unknown option) is one line.
         proc = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
         said = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -55,8 +61,24 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
             raise UsageError(f"{' '.join(cmd[2:4])} failed (exit {proc.returncode})"
                              + (f": {said[-1].strip()}" if said else "; its output is above"))
         sys.stderr.write(proc.stderr)
-    reshape(Path(conf.html_dir))
-    return Path(conf.html_dir)
+    reshape(html)
+    return html
+
+
+def html_dir(asv_args: list[str], configured: str) -> Path:
+    """The folder asv publish will write: its ``--html-dir``/``-o`` option, else the configuration's."""
+    found = configured
+    for i, arg in enumerate(asv_args):
+        if arg in ("--html-dir", "-o") and i + 1 < len(asv_args):
+            found = asv_args[i + 1]
+        elif arg.startswith("--html-dir="):
+            found = arg.split("=", 1)[1]
+    return Path(found)
+
+
+def is_published(folder: Path) -> bool:
+    """Whether ``folder`` holds what asv publish writes (and nothing a person keeps there by hand)."""
+    return (folder / "index.json").is_file() and (folder / "graphs").is_dir()
 
 
 def check_results(results_dir: str | os.PathLike) -> None:

@@ -137,6 +137,19 @@ def quantile(samples: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def env_flag(name: str) -> bool:
+    """An on/off environment variable: unset, "", 0, false or no is off; 1, true or yes is on; anything
+    else is a ValueError naming it (a typo never silently means the other thing)."""
+    import os
+
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ValueError(f"{name}={os.environ[name]!r}: expected 1, true or yes (on), or 0, false, no or empty (off)")
+
+
 # --- the fate of a figure -------------------------------------------------------------------------
 
 OK = "ok"  # measured: agreement checked, then timed

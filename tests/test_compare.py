@@ -64,7 +64,8 @@ def test_the_out_folder_is_checked_before_anything_is_built(tmp_path, capsys):
     refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "full")], capsys, "not empty")
     (tmp_path / "file").write_text("")
     refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "file")], capsys, "not a folder")
-    refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "no" / "such")], capsys, "no folder")
+    refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "file" / "such")], capsys, "is a file")
+    refused(["compare", "HEAD", "HEAD", "--out", "/proc/relu2-compare"], capsys, "not writable")
     refused(["compare", "HEAD", "HEAD", "--suites", "Nosuch", "--out", str(tmp_path / "c")], capsys, "Nosuch")
     assert not (tmp_path / "c").exists()
 
@@ -97,8 +98,9 @@ def test_confirm_refuses_a_report_with_nothing_to_measure(report, expected, tmp_
 
 def test_confirm_refuses_a_dtype_it_does_not_time_and_a_bad_out_before_measuring(tmp_path, capsys):
     refused(["confirm", "HEAD", "HEAD", "--cell", "fused:float64:1024:hot"], capsys, "float64")
-    refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot", "--out", str(tmp_path / "no" / "c.json")],
-             capsys, "no folder")
+    (tmp_path / "file").write_text("")
+    refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot", "--out", str(tmp_path / "file" / "c.json")],
+             capsys, "is a file")
     refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot", "--out", str(tmp_path)], capsys,
              "is a folder")
 
