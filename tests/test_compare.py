@@ -268,3 +268,26 @@ def test_a_stopped_compare_keeps_its_rounds_and_resume_measures_only_the_rest(pl
     assert timed and all(len(r.samples) == 2 for r in timed)  # both rounds, the kept one included
     again = subprocess.run([*argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "is complete" in again.stderr, again.stderr
+
+
+def test_a_refused_resume_says_only_why_even_on_a_busy_machine(tmp_path, capsys, monkeypatch):
+    # Issue 41: under load the busy-machine warning came first and the refusal second.  The refusal is
+    # checked before the machine is: a refused command says only why it refused.
+    from relu2 import quiet
+
+    warned = []
+    monkeypatch.setattr(quiet, "before_measuring", lambda *a, **k: warned.append(a) or print(
+        "relu2 compare: warning: the machine is not quiet", file=sys.stderr))
+    sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    out = tmp_path / "c"
+    (out / compare.ROUNDS_DIR).mkdir(parents=True)
+    (out / compare.ROUNDS_DIR / "round-1-base.pickle").write_bytes(b"kept")
+    (out / compare.COMPARE_FILE).write_text(json.dumps({
+        "format": compare.FORMAT, "box": compare.box_id(), "machine": "ci", "device": "cpu",
+        "base": {"ref": "HEAD", "sha": sha}, "head": {"ref": "HEAD", "sha": sha}, "rounds": 2,
+        "complete": False, "started_at": "2026-12-03T00:00:00+00:00"}))
+    monkeypatch.chdir(ROOT)
+    line = refused(["compare", "HEAD", "HEAD", "--device", "cpu", "--machine", "ci", "--rounds", "3",
+                    "--resume", "--out", str(out)], capsys, "another rounds")
+    assert not warned and "warning" not in line
+    assert (out / compare.ROUNDS_DIR / "round-1-base.pickle").read_bytes() == b"kept"
