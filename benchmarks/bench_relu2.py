@@ -44,7 +44,7 @@ Environment variables:
 * ``RELU2_BENCH_SUITES=Grid,Nemotron``: measure only these suites (the others' cells are n/a); pair
   it with ``asv run --bench`` to time one suite quickly.
 
-What a commit costs on the H200 is in docs/tracking.md; the vLLM suites are cut to fit (bf16 only,
+What a commit costs on the H200 is in docs/lab/provenance.md; the vLLM suites are cut to fit (bf16 only,
 no peak memory: the Grid and ModelShapes suites keep that history).
 """
 

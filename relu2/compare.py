@@ -27,7 +27,7 @@ finished_at, complete), ``DIR/base/`` and ``DIR/head/`` (asv results folders), a
 ``DIR/report.*``.
 
 ``relu2 confirm`` is this mechanism on a list of cells (``measure_sides`` with ``cells``), with more
-rounds.  Why not ``asv continuous --interleave-rounds``: docs/tracking.md.
+rounds.  Why not ``asv continuous --interleave-rounds``: docs/compare.md.
 """
 
 from __future__ import annotations

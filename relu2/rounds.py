@@ -1,7 +1,7 @@
 """Figures measured in rounds: every cell measured by several independent worker processes, one a round.
 
 Replays in one process agree within about 1.5% while the same cell on two boxes moves by several
-percent (docs/results.md): what a verdict must know is the spread between processes, so the asv
+percent (docs/lab/results.md): what a verdict must know is the spread between processes, so the asv
 suites (and ``relu2 confirm``) measure each cell in ``DEFAULT_ROUNDS`` rounds.  A round is a whole
 pass over the cells with a fresh worker pool (``relu2.sweep.measurer``): its own interpreters, CUDA
 contexts, allocations and clocks.  asv's rounds are passes too: a slow drift of the box during one

@@ -1,4 +1,4 @@
-"""The Nemotron table of docs/findings.md, from a tidy CSV of asv results (relu2 export).
+"""The Nemotron table of docs/lab/findings.md, from a tidy CSV of asv results (relu2 export).
 
     relu2 export docs/findings/results --out /tmp/findings.csv
     python scripts/nemotron_table.py /tmp/findings.csv 44b68df h200 h200-b > table.md
@@ -16,7 +16,7 @@ import sys
 from relu2.results import read_csv
 from relu2.schema import NEMOTRON_TOKENS, NEMOTRON_WIDTHS, activation_shape, format_shape
 
-# What vLLM can run for relu² (docs/findings.md says where each one runs), and the references.
+# What vLLM can run for relu² (docs/lab/findings.md says where each one runs), and the references.
 VLLM_PATHS = ("vllm_cuda", "compile_dynamic", "compile_model", "compile_dim0", "eager", "eager_inplace")
 COLUMNS = ("copy", "fused", *VLLM_PATHS)
 TIE = 1.03  # paths within 3% of the fastest are equally fast here (the gate's resolution beyond the L2)

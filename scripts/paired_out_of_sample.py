@@ -11,7 +11,7 @@ implementation it changed, how many cells moved and how many each model flagged.
 
     python scripts/paired_out_of_sample.py docs/aa/compare-h200-2026-12-02 [--impl fused]
 
-The figures are what docs/results.md quotes ("The paired verdict on the H200")."""
+The figures are what docs/lab/results.md quotes ("The paired verdict on the H200")."""
 
 from __future__ import annotations
 

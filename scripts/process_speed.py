@@ -8,7 +8,7 @@ round's budget) on one input of NUMEL float32 elements and prints both medians; 
 each cell's spread over the processes (max/min) and the spread of copy/eager within a process.  A
 machine whose processes run at different speeds shows a large first figure and a small second one:
 then every process's figure carries its process's speed, and a compare needs rounds (processes) to
-average it out.  docs/results.md quotes a run of it.
+average it out.  docs/lab/results.md quotes a run of it.
 """
 
 from __future__ import annotations

@@ -293,7 +293,7 @@ def {name}():
 '''
 SLOW_LINE = "    torch.relu(x)  # the planted slowdown: relu computed twice, the result the same (about 1.5x)\n"
 # A step no process's speed hides: on the 2-core VM a process runs at one of two speeds about 2x apart
-# (docs/results.md), and a 1.44x step of toy2 read "not reproduced" in one run of three rounds.
+# (docs/lab/results.md), and a 1.44x step of toy2 read "not reproduced" in one run of three rounds.
 HEAVY_SLOW_LINE = ("    for _ in range(4):\n"
                    "        torch.relu(x)  # the planted slowdown: relu four more times, the result the same\n")
 BROKEN_SETUP = 'raise SystemExit("the planted broken build")\n'

@@ -21,7 +21,7 @@ import make_fixture  # noqa: E402
 QUICK = {"RELU2_BENCH_QUICK": "1", "RELU2_BENCH_IMPLS": f"{make_fixture.PLANTED_IMPL},eager,copy"}
 # What these tests can ask of a 2-core VM.  There a process runs all its code at one of two speeds,
 # about 2x apart, for its whole life (the same cell 3.8 or 7.5-9.3 µs by process, eager and copy alike:
-# docs/results.md), and each implementation is measured in a process of its own, so at three rounds an
+# docs/lab/results.md), and each implementation is measured in a process of its own, so at three rounds an
 # A/A of these microsecond cells moves up to 1.9x, and one compare of 20 rounds still moved a reference
 # cell beyond 1.4x in CI.  So the planted test does what the pull-request workflow does, which is what
 # Pinpoint does with "unknown": what one compare flags is measured again (relu2 confirm) and only what
