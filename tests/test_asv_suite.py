@@ -127,6 +127,7 @@ def _discovered_benchmarks_json(tmp_path: Path) -> dict:
     return json.loads((tmp_path / "results" / "benchmarks.json").read_text())
 
 
+@pytest.mark.slow
 def test_the_committed_benchmarks_json_is_what_a_run_writes(tmp_path):
     """A run rewrites results/benchmarks.json from discovery: it stays byte-for-byte what is committed
     (the README's tracking command leaves the checkout clean) only if the two agree in every field."""
@@ -172,6 +173,7 @@ def wrong_counting_calls(x):
     return relu_squared_reference(x) + 1
 
 
+@pytest.mark.slow
 def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_impl, capsys, tmp_path, monkeypatch):
     from asv_runner.benchmarks.mark import SkipNotImplemented
 
@@ -215,6 +217,7 @@ def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_im
         grid.setup(cache, "eager", "float32", 2**30)
 
 
+@pytest.mark.slow
 def test_cache_is_plain_data_that_unpickles_without_torch(bench, tmp_path):
     cache = bench.setup_cache()
     path = tmp_path / "cache.pickle"
@@ -243,6 +246,7 @@ def _wrong_entry_point(where: Path) -> Path:
     return where
 
 
+@pytest.mark.slow
 def test_asv_run_and_publish_end_to_end(tmp_path):
     """`asv run --python=same` on the quick grid, then `asv publish`: the real asv, results in tmp_path."""
     conf = json.loads((ROOT / "asv.conf.json").read_text())

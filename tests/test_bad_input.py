@@ -132,6 +132,7 @@ def test_an_empty_output_folder_isrefused(command, tmp_path, capsys, monkeypatch
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_refused_sweep_leaves_nothing_and_a_finished_one_no_lock(tmp_path, capsys):
     out = tmp_path / "o1"
     if NO_GPU:  # refused after the workers report: still nothing written

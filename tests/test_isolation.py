@@ -58,6 +58,7 @@ def _rows(path: Path) -> dict[tuple[str, str], dict]:
     return {(r["impl"], r["numel"]): r for r in csv.DictReader(open(path))}
 
 
+@pytest.mark.slow
 def test_crashing_and_hanging_implementations_cost_only_their_own_cells(bad_impls, tmp_path, capsys):
     out = tmp_path / "sweep"
     code = cli.main(["sweep", "--device", "cpu", "--impl", ",".join(["eager", *bad_impls, "fused"]),
@@ -149,6 +150,7 @@ def holds_a_semaphore_and_hangs(x):
     time.sleep(3600)
 
 
+@pytest.mark.slow
 def test_a_worker_stopped_for_a_timeout_leaks_no_semaphore(tmp_path):
     import subprocess
 

@@ -318,6 +318,7 @@ def test_a_checkpoint_cut_short_keeps_its_complete_rows(tmp_path, counted):
     assert _figures(rows) == _expected(cells)
 
 
+@pytest.mark.slow
 def test_sigterm_ends_a_sweep_as_ctrl_c_does(tmp_path):
     """A kill (a CI job's timeout) leaves no lock and no traceback, keeps what was measured, exit 130."""
     import signal

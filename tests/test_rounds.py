@@ -97,6 +97,7 @@ def who_measures(x):
     return relu_squared_reference(x)
 
 
+@pytest.mark.slow
 def test_each_round_is_a_fresh_process_sharing_the_first_round_s_compiler_caches(temporary_impl, tmp_path, monkeypatch):
     who = tmp_path / "who"
     monkeypatch.setenv("RELU2_TEST_WHO", str(who))

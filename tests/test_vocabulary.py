@@ -211,6 +211,7 @@ ADD_MODE = """
 """
 
 
+@pytest.mark.slow
 def test_adding_a_mode_touches_the_schema_and_the_timers(tmp_path):
     _python(patch=ADD_MODE, code=f"""
         from pathlib import Path
@@ -264,6 +265,7 @@ def _reinstalled(checkout, site) -> None:
         f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) for group, eps in project["entry-points"].items()))
 
 
+@pytest.mark.slow
 def test_a_builtin_is_added_in_two_files(tmp_path):
     """A new built-in: its module in relu2_impls/ and one line in pyproject.toml, then the reinstall
     (entry points are read from installed metadata).  It is then registered, checked, swept by default,
