@@ -185,11 +185,29 @@ def test_an_interrupted_sweep_ends_every_process_it_started(tmp_path, launch, si
             assert "kept in" in run.output
 
 
+STUBBORN = """
+import sys
+import relu2
+from relu2 import cli
+from stubborn_impl import relu2_stubborn
+relu2.register("stubborn", relu2_stubborn)
+raise SystemExit(cli.main(sys.argv[1:]))
+"""
+
+
 def test_a_second_ctrl_c_ends_everything_at_once(tmp_path, launch):
-    run = launch([sys.executable, "-m", "relu2", *SWEEP, "--out", str(tmp_path / "out")], ROOT)
+    # The first Ctrl-C asks the workers to leave (SIGTERM, then a grace): this worker takes its time and
+    # says when it got the SIGTERM, so the second Ctrl-C lands while the first is handled, however
+    # loaded the machine is (a fixed sleep raced the first's handling on a busy 2-core VM).
+    termed = tmp_path / "termed"
+    argv = [a if a != "eager" else "stubborn" for a in SWEEP]
+    run = launch([sys.executable, "-c", STUBBORN, *argv, "--out", str(tmp_path / "out")], ROOT,
+                 PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "fixtures")]),
+                 RELU2_TEST_TERMED=str(termed))
     run.wait_for(_said("cells x 1 modes"), "measuring")
+    run.wait_for(_with("spawn_main"), "a worker")
     os.killpg(run.proc.pid, signal.SIGINT)
-    time.sleep(0.3)  # the first is being handled: the workers are leaving
+    run.wait_for(lambda _: termed.exists(), "the first Ctrl-C reaching the worker")
     took, left = _stop(run, signal.SIGINT)
     assert left == {}, left
     assert run.proc.returncode == 130
