@@ -152,7 +152,7 @@ regression, a failed or vanished cell, a round that did not complete), 2 unusabl
 nothing written), 130 interrupted. --measure-only stops before the verdict (exit 0 when measured).
 
 Cost: a round of a side costs what a measurement of one commit in one round costs
-(docs/tracking.md); the CPU quick grid (RELU2_BENCH_QUICK=1 --suites Grid) takes about a minute.
+(docs/compare.md; figures: docs/lab/provenance.md); the CPU quick grid (RELU2_BENCH_QUICK=1 --suites Grid) takes about a minute.
 """
 
 
@@ -306,10 +306,13 @@ def cmd_gate(args: argparse.Namespace) -> int:
         report = gate.gate_compare(args.compare, factor=args.factor, floor_s=floor_s, gate_launch=args.gate_launch,
                                    allow_missing=args.allow_missing, with_spread=args.spread,
                                    across_versions=args.across_versions, allow_failed_base=args.allow_failed_base,
-                                   confirmed=args.confirmed, noise_model=args.noise_model)
+                                   confirmed=args.confirmed, noise_model=args.noise_model,
+                                   expect_gpu=args.expect_gpu, plan=args.plan)
     else:
         if not (args.base and args.head):
             return _fail("gate", "give BASE and HEAD, or --compare DIR")
+        if args.expect_gpu is not None or args.plan is not None:
+            return _fail("gate", "--expect-gpu and --plan check a compare folder: they go with --compare DIR")
         report = gate.gate(Path(args.results or "results"), args.base, args.head, machine=args.machine, factor=args.factor,
                            base_machine=args.base_machine, head_machine=args.head_machine, floor_s=floor_s,
                            gate_launch=args.gate_launch, allow_missing=args.allow_missing, with_spread=args.spread,
@@ -792,6 +795,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare although most of BASE's cells failed (its failed cells are reported, not compared)")
     p.add_argument("--noise-model", metavar="FILE", default=None,
                    help="a noise model from relu2 noise learn (default: the one shipped, relu2/noise_model.json)")
+    p.add_argument("--expect-gpu", metavar="NAME", default=None,
+                   help="with --compare: refuse (exit 2) unless both sides and compare.json name this GPU (as torch "
+                   "reports it, e.g. 'NVIDIA H200'; never none)")
+    p.add_argument("--plan", metavar="SUITES_DIR", default=None,
+                   help="with --compare: the trusted suites (a benchmarks/ folder): refuse a compare of fewer suites "
+                   "or a narrowed one, and fail on every planned cell absent from either side (missing)")
     p.add_argument("--spread", action="store_true",
                    help="also print head/base per implementation and mode (median, p10, p90, max): run on one "
                    "commit measured on two boxes, it is the A/A data a noise model is learned from")

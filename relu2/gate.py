@@ -12,16 +12,26 @@ and ``gate_compare`` (a compare folder, base and head measured side by side on o
 rounds).  This module reads the inputs, refuses what means nothing (two GPU models, two benchmark
 versions, a base whose cells mostly failed, a GPU with no model of its own, an incomplete compare:
 each in one line, unless a flag says the user means it) and names what differs (torch, triton,
-CUDA, driver).  Exit 0: no finding; 1: a regression, a new failure, a vanished or unjudged cell; 2:
-unusable input.
+CUDA, driver).  Exit 0: no finding; 1: a regression, a new failure, a vanished, missing or unjudged
+cell, a re-measurement that contradicts the first pass; 2: unusable input.
+
+A compare folder from CI was written where the head's code ran, so the judge checks what it can
+against what it trusts (``gate_compare``): the GPU both sides and compare.json name, against each
+other and ``expect_gpu`` (the runner's); the cells, against the plan of the trusted suites
+(``plan``); the box, GPU and software fields, against strict character sets; the re-measurement's
+machine, and whether it clears every flagged cell (``CONTRADICTED_FROM``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import itertools
 import json
 import math
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
@@ -33,14 +43,21 @@ from relu2.gate_report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, forma
 from relu2.machine import is_cpu_machine
 from relu2.noise import NoiseModel
 from relu2.schema import OK
-from relu2.asv_names import SUMMARY
+from relu2.asv_names import MODULE, SUMMARY, Cell, decode
 from relu2.verdict import GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
-    read_remeasurement, spread
+    family_of, read_remeasurement, spread
 
 UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, not gated"
 REPORTED_BEYOND = 1.10  # a cell not gated is listed (never failing) when it moved more than this
 FAILED_BASE_LIMIT = 0.5  # a base with more failed cells than this says nothing about head
 STACK = ("torch", "triton", "cuda", "driver")  # machine.json keys whose change moves every figure
+# What a compare folder may record (it was written where the head's code ran, and these strings reach
+# a pull-request comment): a box id (a boot id, a host name), and GPU and software names such as
+# "NVIDIA H200", "2.9.0+cu128", "570.133.20".  Anything else is refused, not escaped.
+BOX_ID = re.compile(r"[A-Za-z0-9._:-]{1,100}")
+RECORDED_NAME = re.compile(r"[A-Za-z0-9 ._:+()/-]{0,100}")
+# The environment that narrows the suites (benchmarks/bench_relu2.py): never the plan's.
+PLAN_ENV_PREFIX, PLAN_ENV = "RELU2_BENCH_", ("RELU2_INSTRUMENT",)
 
 
 class GateInputError(ResultsError):
@@ -174,8 +191,10 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
           floor_s: float | None = None, gate_launch: float | None = None, allow_missing: Sequence[str] = (),
           with_spread: bool = False, across_versions: bool = False, allow_failed_base: bool = False,
           confirmed: str | os.PathLike | None = None, noise_model: str | os.PathLike | None = None,
-          notes: Sequence[str] = ()) -> GateReport:
-    """The verdict on two read sides (both kinds of comparison): the checks, the rule, the report."""
+          notes: Sequence[str] = (), plan: "Plan | None" = None, confirm_machine: str | None = None) -> GateReport:
+    """The verdict on two read sides (both kinds of comparison): the checks, the rule, the report.
+    ``plan``: every cell of it must be at both sides (else ``missing``); ``confirm_machine``: the
+    machine the re-measurement must name."""
     if factor is not None and not factor >= 1.0:
         raise GateInputError(f"factor must be >= 1, got {factor}")
     if gate_launch is not None and not gate_launch >= 1.0:
@@ -185,6 +204,12 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     gpu = str(head.info.get("gpu", ""))
     cpu = is_cpu_machine(base.info) and is_cpu_machine(head.info)
     model, model_note = pick_model(gpu, kind, noise_model, factor, cpu)
+    if model is not None and noise.is_gpu(gpu):  # the bands are the model's GPU's: a folder does not move them
+        for side in (s for s in (base, head) if str(s.info.get("gpu", "")) == gpu):  # --across-gpus: head's alone
+            recorded = noise.l2_of(side.info)
+            if recorded is not None and recorded != model.l2_bytes:
+                raise GateInputError(f"{side.machine} ({side.commit[:8]}) records an L2 of {recorded} bytes; the model "
+                                     f"of {gpu} was learned with {model.l2_bytes}: not that GPU, or not its record")
     l2 = noise.l2_of(head.info) or (model.l2_bytes if model else None) or noise.KNOWN_L2["H200"]
     if not across_versions:
         try:
@@ -201,10 +226,16 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         raise GateInputError(f"base {base.commit[:8]} on {base.machine}: {found.base_failures} of its "
                              f"{found.base_cells} cells failed, so it says nothing about head; gate against another "
                              "base, or --allow-failed-base to compare the cells that did not fail")
-    regressions, unconfirmed, confirmation = found.regressions, [], ""
+    regressions, unconfirmed, confirmation, contradicted = found.regressions, [], "", False
     if confirmed is not None:
-        regressions, unconfirmed = _confirm(found.regressions, confirmed, base, head, rule_for, found.gated, paired)
+        regressions, unconfirmed, contradicted = _confirm(found.regressions, confirmed, base, head, rule_for,
+                                                          found.gated, paired, confirm_machine)
         confirmation = str(confirmed)
+    missing, planned, planned_compared, plan_notes = [], None, 0, []
+    if plan is not None:
+        missing, allowed, planned_compared, plan_notes = plan.check(base, head, allow_missing)
+        found.allowed.extend(allowed)
+        planned = len(plan.cells)
     overrides = {k: v for k, v in (("factor", factor), ("floor_s", floor_s), ("gate_launch", gate_launch),
                                    ("allow_missing", tuple(allow_missing))) if v not in (None, ())}
     bounds = model.bound_map() if model else {}
@@ -213,7 +244,8 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     return GateReport(
         base_machine=base.machine, head_machine=head.machine, base=base.commit, head=head.commit,
         compared=found.compared, regressions=regressions, flagged=found.regressions, unconfirmed=unconfirmed,
-        confirmation=confirmation, new_failures=found.new_failures, vanished=found.vanished,
+        confirmation=confirmation, contradicted=contradicted, missing=missing, planned=planned,
+        planned_compared=planned_compared, new_failures=found.new_failures, vanished=found.vanished,
         allowed=found.allowed, unjudged=found.unjudged, failed_at_base=found.failed_at_base,
         not_gated=found.not_gated, improvements=found.improvements, repicked=found.repicked, cells=found.cells,
         base_date=base.date, head_date=head.date,
@@ -225,7 +257,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
                "l2_bytes": l2},
         offsets={f"{mode} {b}": math.exp(v) for (mode, b), v in sorted(found.offsets.items())},
         stack_moves={f"{mode} {b}": math.exp(v) for (mode, b), v in sorted(found.stack_moves.items())},
-        notes_=[n for n in (*notes, model_note if model_note != CPU_WHY else "",
+        notes_=[n for n in (*notes, *plan_notes, model_note if model_note != CPU_WHY else "",
                             stack_differences(base.info, head.info),
                             ("the references (eager, copy) moved beyond what a box moves: " + ", ".join(stack)
                              + ": not taken out, every cell is judged as measured") if stack else "") if n],
@@ -287,10 +319,21 @@ class CompareFolder:
     base: str  # full hashes
     head: str
     rounds: int
+    suites: tuple[str, ...] = ()  # what the compare measured: the suites, how narrowed, which cells only
+    narrowed: Any = field(default=None, compare=False)
+    cells: Any = field(default=None, compare=False)
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value from a folder in a one-line message (which CI quotes in a comment): its repr, cut, with
+    every character but letters, digits and ``' " . , _ : + - / = ( ) { } space`` shown as ``?``."""
+    text = re.sub(r"[^A-Za-z0-9'\" .,_:+\-/=(){} ]", "?", repr(value))
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def read_compare(folder: str | os.PathLike) -> CompareFolder:
-    """DIR/compare.json, checked: format 1, complete, both shas, a box; GateInputError naming what is wrong."""
+    """DIR/compare.json, checked: format 1, complete, both shas, a box id and a GPU name of the allowed
+    characters; GateInputError naming what is wrong."""
     path = Path(folder)
     meta = path / "compare.json"
     try:
@@ -298,7 +341,8 @@ def read_compare(folder: str | os.PathLike) -> CompareFolder:
         if data.get("format") != 1:
             raise ValueError(f"format {data.get('format')!r}, not 1")
         out = CompareFolder(path, str(data["box"]), str(data["machine"]), str(data.get("gpu", "")),
-                            str(data["base"]["sha"]), str(data["head"]["sha"]), int(data.get("rounds", 0)))
+                            str(data["base"]["sha"]), str(data["head"]["sha"]), int(data.get("rounds", 0)),
+                            tuple(str(s) for s in data.get("suites") or ()), data.get("narrowed"), data.get("cells"))
         complete = data["complete"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise GateInputError(f"{meta}: not a relu2 compare folder ({type(e).__name__}: {e})") from None
@@ -307,6 +351,12 @@ def read_compare(folder: str | os.PathLike) -> CompareFolder:
                              "are not all there, so there is no verdict; measure it again")
     if not out.box:
         raise GateInputError(f"{meta}: no box recorded")
+    if not BOX_ID.fullmatch(out.box):
+        raise GateInputError(f"{meta}: box {_shown(out.box)} is no box id (letters, digits and . _ : - only, "
+                             "at most 100): not read")
+    if not RECORDED_NAME.fullmatch(out.gpu):
+        raise GateInputError(f"{meta}: gpu {_shown(out.gpu)} is no GPU name (letters, digits, spaces and . _ : + ( ) / - "
+                             "only, at most 100): not read")
     for side in ("base", "head"):
         if not (path / side).is_dir():
             raise GateInputError(f"{path / side}: missing (a compare folder holds base/ and head/ results folders)")
@@ -326,27 +376,165 @@ def compare_sides(folder: CompareFolder) -> tuple[Side, Side]:
     return sides[0], sides[1]
 
 
+def check_gpu(meta: CompareFolder, base: Side, head: Side, expect_gpu: str | None = None) -> str:
+    """The GPU of a compare folder: the one its two machine.json files and compare.json all name (one
+    box measured both sides), and ``expect_gpu`` when given (the runner's: never "none" or "");
+    GateInputError otherwise.  The names are checked against RECORDED_NAME, with the software's."""
+    for side, name in ((base, "base"), (head, "head")):
+        for key in ("gpu", *STACK):
+            value = side.info.get(key)
+            if value is not None and not RECORDED_NAME.fullmatch(str(value)):
+                raise GateInputError(f"{meta.path / name}: machine.json {key} {_shown(value)} is no name (letters, "
+                                     "digits, spaces and . _ : + ( ) / - only, at most 100): not read")
+    named = {"base machine.json": str(base.info.get("gpu", "")), "head machine.json": str(head.info.get("gpu", "")),
+             "compare.json": meta.gpu}
+    if len(set(named.values())) != 1:
+        raise GateInputError(f"{meta.path}: the GPU is recorded as " + ", ".join(f"{v or 'nothing'!r} ({k})"
+                             for k, v in named.items()) + ": one box measured both sides, so these agree; not judged")
+    gpu = meta.gpu
+    if expect_gpu is not None:
+        if not noise.is_gpu(expect_gpu):
+            raise GateInputError(f"--expect-gpu {expect_gpu!r}: a GPU's name as torch reports it (\"NVIDIA H200\"), "
+                                 "never none or empty")
+        if gpu != expect_gpu:
+            raise GateInputError(f"{meta.path}: measured on {gpu or 'no GPU'!r}, not on the {expect_gpu!r} this "
+                                 "runner stands for (--expect-gpu): not judged")
+    return gpu
+
+
 def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floor_s: float | None = None,
                  gate_launch: float | None = None, allow_missing: Sequence[str] = (), with_spread: bool = False,
                  across_versions: bool = False, allow_failed_base: bool = False,
                  confirmed: str | os.PathLike | None = None,
-                 noise_model: str | os.PathLike | None = None) -> GateReport:
+                 noise_model: str | os.PathLike | None = None, expect_gpu: str | None = None,
+                 plan: str | os.PathLike | None = None) -> GateReport:
     """The paired verdict on a compare folder (base and head measured side by side on one box);
-    ``confirmed``: relu2 confirm's re-measurement of its flagged cells, as for ``gate``."""
+    ``confirmed``: relu2 confirm's re-measurement of its flagged cells, as for ``gate`` (it must name
+    the compare's machine).  Refused unless both sides and compare.json name one GPU, that GPU is
+    ``expect_gpu`` (given), and, with ``plan`` (a folder holding the trusted bench_relu2.py), the
+    compare measured the whole plan: then a planned cell absent from either side fails (missing)."""
     meta = read_compare(folder)
     b, h = compare_sides(meta)
+    check_gpu(meta, b, h, expect_gpu)
+    planned = None
+    if plan is not None:
+        planned = read_plan(plan)
+        planned.check_compare(meta)
     note = f"paired: base and head measured side by side on box {meta.box} ({meta.rounds} rounds each)"
     if b.commit == h.commit:
         note += "; base and head are one commit: an A/A"
     return judge(b, h, paired=True, kind=noise.SAME_BOX, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
                  allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
-                 allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model, notes=[note])
+                 allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model, notes=[note],
+                 plan=planned, confirm_machine=meta.machine)
+
+
+# --- the plan: which cells a compare holds (the trusted suites') -------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every cell the suites measure, unnarrowed: (cell, unit) of each timing, peak memory and
+    summary (a kernel fingerprint is no figure: without it a cell only loses the repick exemption)."""
+
+    source: str
+    suites: tuple[str, ...]
+    cells: tuple[tuple[Cell, str], ...]
+
+    def check_compare(self, meta: CompareFolder) -> None:
+        """GateInputError unless the compare measured every suite of the plan, unnarrowed."""
+        wrong = []
+        if sorted(meta.suites) != sorted(self.suites):
+            wrong.append(f"suites {_shown(list(meta.suites), 200)}, not all of {', '.join(self.suites)}")
+        if meta.narrowed:
+            wrong.append(f"narrowed by {_shown(meta.narrowed, 200)}")
+        if meta.cells is not None:
+            wrong.append("only some cells (relu2 confirm's cells)")
+        if wrong:
+            raise GateInputError(f"{meta.path / 'compare.json'}: not a compare of the whole plan of {self.source} "
+                                 f"({'; '.join(wrong)}): measure without --suites, RELU2_BENCH_SUITES, "
+                                 "RELU2_BENCH_QUICK or RELU2_BENCH_IMPLS")
+
+    def check(self, base: Side, head: Side, allow_missing: Sequence[str] = ()
+              ) -> tuple[list[Change], list[Change], int, list[str]]:
+        """(missing, allowed to be missing, planned cells compared, notes): a planned cell with no row at a
+        side, unless the base has it ok (then the head lost it: vanished, as ``compare`` reports)."""
+        import fnmatch
+
+        at_base = {m.cell.identity: m.status for m in base.measurements}
+        at_head = {m.cell.identity: m.status for m in head.measurements}
+        missing, allowed, compared, no_figure = [], [], 0, {}
+        for cell, unit in self.cells:
+            key = cell.identity
+            b, h = at_base.get(key), at_head.get(key)
+            if b is not None and h is not None:
+                compared += b == OK and h == OK
+                if b != OK:
+                    no_figure[cell.impl] = no_figure.get(cell.impl, 0) + 1
+                continue
+            if b == OK:
+                continue  # vanished at head: compare reports it
+            why = "absent at base and head" if b is None and h is None else "absent at base" if b is None else \
+                "absent at head"
+            change = Change(label=cell.label(), benchmark=cell.benchmark, params=cell.params, unit=unit,
+                            base=math.nan, head=math.nan, family=family_of(cell.impl), why=why)
+            (allowed if any(fnmatch.fnmatchcase(change.label, p) for p in allow_missing) else missing).append(change)
+        notes = []
+        if no_figure:
+            notes.append(f"{sum(no_figure.values())} of the {len(self.cells)} planned cells have no figure at base "
+                         "(skipped or failed there), so they are not compared: "
+                         + ", ".join(f"{impl} {n}" for impl, n in sorted(no_figure.items(), key=lambda x: -x[1])[:12]))
+        return missing, allowed, compared, notes
+
+
+@contextlib.contextmanager
+def _without_suite_environment():
+    """os.environ without the variables that narrow the suites (or name another instrument) for the block."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith(PLAN_ENV_PREFIX) or k in PLAN_ENV}
+    for k in saved:
+        del os.environ[k]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def read_plan(suites_dir: str | os.PathLike) -> Plan:
+    """The plan of the suites in ``suites_dir`` (a benchmarks/ folder holding bench_relu2.py, the
+    instrument's own: CI copies it before removing the checkout), every suite, unnarrowed.  Importing
+    it runs only the vocabulary of the installed relu2 (schema, interface, asv_run), never torch."""
+    path = Path(suites_dir) / f"{MODULE}.py"
+    if not path.is_file():
+        raise GateInputError(f"{path}: no suites to take the plan from (--plan names the instrument's benchmarks/)")
+    try:
+        with _without_suite_environment():
+            spec = importlib.util.spec_from_file_location(f"_relu2_plan_{MODULE}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            suites = list(module._selected())
+        cells = []
+        for suite in suites:
+            for method in sorted(a for a in dir(suite) if a.startswith("track_")):
+                fn = getattr(suite, method)
+                unit = (getattr(fn, "unit", None) or getattr(suite, "unit", "")) if fn is not None else ""
+                if fn is None or unit not in ("seconds", "bytes"):
+                    continue
+                for combo in itertools.product(*suite.params):
+                    params = tuple((n, str(v)) for n, v in zip(suite.param_names, combo))
+                    cells.append((decode(f"{MODULE}.{suite.__name__}.{method}", params, unit), unit))
+        summaries = getattr(module, "Implementations", None)
+        for method in sorted(a for a in dir(summaries) if a.startswith("track_")) if summaries else ():
+            cells.append((decode(f"{MODULE}.Implementations.{method}", (), "seconds"), "seconds"))
+    except Exception as e:  # noqa: BLE001  any failure to read the plan refuses, in one line
+        raise GateInputError(f"{path}: the plan cannot be read ({type(e).__name__}: {e})") from None
+    unique = list({c.identity: (c, u) for c, u in cells}.values())  # suites share cells, as the results do
+    return Plan(str(suites_dir), tuple(s.__name__ for s in suites), tuple(unique))
 
 
 def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: Side, rule_for,
-             gated: int, paired: bool = False) -> tuple[list[Change], list[Change]]:
-    """(failing, unconfirmed) after a re-measurement, each flagged cell judged by the rule that flagged
-    it; GateInputError when it is of other commits."""
+             gated: int, paired: bool = False, machine: str | None = None) -> tuple[list[Change], list[Change], bool]:
+    """(failing, unconfirmed, contradicted) after a re-measurement, each flagged cell judged by the rule
+    that flagged it; GateInputError when it is of other commits, or (``machine`` given) another machine."""
     try:
         again = read_remeasurement(path)
     except VerdictInputError as e:
@@ -354,6 +542,9 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
     if (again.base, again.head) != (base.commit, head.commit):
         raise GateInputError(f"{path}: a re-measurement of {again.base[:8]} -> {again.head[:8]}, not of "
                              f"{base.commit[:8]} -> {head.commit[:8]}")
+    if machine is not None and again.machine != machine:
+        raise GateInputError(f"{path}: a re-measurement on machine {_shown(again.machine)}, not on {_shown(machine)}, "
+                             "where the compare measured: not read")
     by_key = {(m.benchmark, m.params): m for m in base.measurements}
 
     def rule_of(change: Change) -> Rule:
@@ -361,7 +552,7 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
         return rule_for(m, max(1, gated)) if m else Rule(True, change.threshold, 0.0)
 
     result = confirm(flagged, again, rule_of, paired)
-    return result.confirmed + result.not_remeasured, result.unconfirmed
+    return result.confirmed + result.not_remeasured, result.unconfirmed, result.contradicted
 
 
 # --- learning and checking the model ----------------------------------------------------------------

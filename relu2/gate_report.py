@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -15,6 +16,10 @@ REPICKED_WHY = ("the same generated code; autotuning picked another launch confi
                 "not a slowdown of the same kernel, reported, never failing")
 LAUNCH_WHY = ("host wall clock: identical code moved 0.39-1.91x between two freshly started boxes "
               "(docs/results.md), so launch is reported, not gated; --gate-launch RATIO gates it")
+MISSING_WHY = "in the plan of the suites, absent from the results: the check fails as for a vanished cell"
+CONTRADICTED_WHY = ("more than noise flags in one run (the model allows 1 failing run of unchanged code in 20); a "
+                    "maintainer reads the figures, or labels again for a fresh box")
+NOTE_LIMIT = 1000  # characters of one note as rendered: a folder's strings cannot make a report long
 CPU_WHY = ("a CPU machine (machine.json: gpu none): on a shared 2-core CPU, two commits with the same "
            "kernels moved up to 3.6x (results/cpu-2core), so its timings are reported, not gated; --factor "
            "gates them")
@@ -57,6 +62,10 @@ class GateReport:
     repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick: reported
     flagged: list[Change] = field(default_factory=list)  # every cell beyond the noise model, before confirmation
     unconfirmed: list[Change] = field(default_factory=list)  # flagged, not flagged again when re-measured
+    contradicted: bool = False  # the re-measurement cleared every one of CONTRADICTED_FROM or more flagged cells
+    missing: list[Change] = field(default_factory=list)  # in the plan (--plan), absent from base or head
+    planned: int | None = None  # the plan's cells (--plan); None: no plan given
+    planned_compared: int = 0  # of them, compared (ok at both sides)
     cells: list[Change] = field(default_factory=list)  # every timed cell compared, as judged (JSON only)
     confirmation: str = ""  # the re-measurement file given with --confirmed
     resolution: list[Resolution] = field(default_factory=list)
@@ -89,9 +98,10 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        """1 when head regressed, newly fails or lost a cell somewhere, or nothing was compared; else 0."""
-        return 1 if (self.regressions or self.new_failures or self.vanished or self.unjudged
-                     or self.nothing_compared) else 0
+        """1 when head regressed, newly fails or lost a cell somewhere (vanished, or missing from the plan),
+        a re-measurement contradicts the first pass, or nothing was compared; else 0."""
+        return 1 if (self.regressions or self.new_failures or self.vanished or self.unjudged or self.missing
+                     or self.contradicted or self.nothing_compared) else 0
 
     @property
     def verdict(self) -> str:
@@ -100,11 +110,15 @@ class GateReport:
     def summary(self) -> str:
         regress = _count(self.regressions, "confirmed regression" if self.confirmation else "regression")
         extra = f" ({len(self.unconfirmed)} unconfirmed)" if self.confirmation else ""
+        if self.contradicted:
+            extra += f" (the re-measurement clears all {len(self.flagged)} flagged cells: contradicted)"
+        missing = f", {_count(self.missing, 'missing cell')}" if self.planned is not None else ""
+        planned = (f" ({self.planned_compared} of {self.planned} planned cells)" if self.planned is not None else "")
         return (f"{regress}{extra}, {_count(self.new_failures, 'new failure')}, "
-                f"{_count(self.vanished, 'vanished cell')}; {_count(self.improvements, 'improvement')}, "
+                f"{_count(self.vanished, 'vanished cell')}{missing}; {_count(self.improvements, 'improvement')}, "
                 f"{len(self.not_gated)} not gated, {len(self.repicked)} repicked, {len(self.failed_at_base)} failed "
                 f"at base; "
-                f"{_count(self.unjudged, 'unjudged cell')}; {self.compared} cells compared, "
+                f"{_count(self.unjudged, 'unjudged cell')}; {self.compared} cells compared{planned}, "
                 f"{self.noise.get('gated', 0) if self.noise else 0} gated"
                 + (f"; references moved beyond a box: {', '.join(self.stack_moves)}" if self.stack_moves else ""))
 
@@ -144,15 +158,18 @@ class GateReport:
 
     def format(self) -> str:
         """Plain text: verdict first, then each finding, then the resolution."""
-        lines = [f"relu2 gate: {self.verdict} (exit {self.exit_code}): {self.summary()}", self.header()]
-        lines += [f"relu2 gate: {note}" for note in self.notes()]
+        lines = [f"relu2 gate: {self.verdict} (exit {self.exit_code}): {self.summary()}", _plain(self.header())]
+        lines += [f"relu2 gate: {_plain(note, NOTE_LIMIT)}" for note in self.notes()]
         lines += [self.budget_line()] if self.budget_line() else []
         lines += [self.offsets_line()] if self.offsets_line() else []
         lines += _table(self._regression_title(), self.regressions)
+        if self.contradicted:
+            lines += ["", f"CONTRADICTED: the re-measurement clears all {len(self.flagged)} flagged cells: {CONTRADICTED_WHY}"]
         lines += _table("UNCONFIRMED (flagged at first, not again on re-measurement: not failing)", self.unconfirmed)
         lines += _table("NEW FAILURES (ok at base, failed at head; see the asv log)", self.new_failures)
         lines += _table("VANISHED (ok at base, no result at head: skipped, missing, renamed or benchmark gone)",
                         self.vanished)
+        lines += _table(f"MISSING ({MISSING_WHY})", self.missing, limit=50, show_why=True)
         lines += _table("UNJUDGED (ok at head, no figure at base: failed or skipped there; not a pass)",
                         self.unjudged)
         lines += _table("ALLOWED TO VANISH OR GO UNJUDGED (--allow-missing)", self.allowed)
@@ -168,28 +185,40 @@ class GateReport:
     def markdown(self) -> str:
         """A pull-request comment: verdict first, then the flagged cells, then the resolution."""
         mark = "❌" if self.exit_code else "✅"
-        lines = [f"### {mark} relu2 gate: {self.verdict}", "", f"{self.summary()}.", "", self.header().replace("->", "→")]
-        lines += [f"\n**{note}**" for note in self.notes()]
+        # Every string the measured folder chose (machine names, box, GPU, software versions, cell
+        # parameters, kernels) is escaped: prose through _prose, cells through _code.
+        lines = [f"### {mark} relu2 gate: {self.verdict}", "", f"{_prose(self.summary(), NOTE_LIMIT)}.", "",
+                 _prose(self.header(), 300).replace("->", "→")]
+        lines += [f"\n**{_prose(note, NOTE_LIMIT)}**" for note in self.notes()]
         if self.budget_line():
             lines += ["", self.budget_line() + "."]
         if self.offsets_line():
             lines += ["", self.offsets_line() + "."]
+        if self.contradicted:
+            lines += ["", f"**Contradicted: the re-measurement clears all {len(self.flagged)} flagged cells**: "
+                      f"{CONTRADICTED_WHY}."]
         title = "Confirmed regressions" if self.confirmation else "Regressions (flagged, not confirmed)"
         for name, changes in ((title, self.regressions), ("Unconfirmed (not failing)", self.unconfirmed),
                               ("New failures", self.new_failures), ("Vanished cells", self.vanished),
+                              ("Missing (in the plan, absent from the results: not a pass)", self.missing),
                               ("Unjudged (no figure at base: not a pass)", self.unjudged),
                               ("Failed at base (not compared)", self.failed_at_base)):
             if changes:
                 lines += ["", f"#### {name}", "", "| ratio | judged | base | head | cell | kernel |",
                           "|---:|---:|---:|---:|---|---|"]
                 lines += [f"| {_ratio(c.ratio)} | {_ratio(c.moved)} | {format_value(c.base, c.unit)} | "
-                          f"{format_value(c.head, c.unit)} | `{c.label}` | {c.kernel} |" for c in changes[:50]]
+                          f"{format_value(c.head, c.unit)} | {_cell_code(c)} | "
+                          f"{_code(c.kernel) if c.kernel else _prose(c.why) if changes is self.missing else ''} |"
+                          for c in changes[:50]]
+                if len(changes) > 50:
+                    lines += ["", f"… and {len(changes) - 50} more (--format json lists every one)."]
         if self.not_gated or self.improvements or self.repicked:
             lines += ["", "<details><summary>Not gated, improvements, repicked</summary>", "",
                       f"Not gated: {self._not_gated_why()}. Repicked: {REPICKED_WHY}.", "",
                       "| ratio | judged | base | head | cell |", "|---:|---:|---:|---:|---|"]
             lines += [f"| {_ratio(c.ratio)} | {_ratio(c.moved)} | {format_value(c.base, c.unit)} | "
-                      f"{format_value(c.head, c.unit)} | `{c.label}` |" for c in self.not_gated[:20] + self.improvements[:20] + self.repicked[:20]]
+                      f"{format_value(c.head, c.unit)} | {_cell_code(c)} |"
+                      for c in self.not_gated[:20] + self.improvements[:20] + self.repicked[:20]]
             lines += ["", "</details>"]
         lines += ["", "#### Resolution", "", "| family | mode | band | cells | threshold | floor | caught 90% |",
                   "|---|---|---|---:|---:|---:|---:|"]
@@ -210,6 +239,9 @@ class GateReport:
             "flagged": [c.as_json() for c in self.flagged],
             "unconfirmed": [c.as_json() for c in self.unconfirmed],
             "confirmation": self.confirmation or None,
+            "contradicted": self.contradicted,
+            "missing": [c.as_json() for c in self.missing],
+            "planned": self.planned,
             "new_failures": [c.as_json() for c in self.new_failures],
             "vanished": [c.as_json() for c in self.vanished],
             "allowed_to_vanish": [c.as_json() for c in self.allowed],
@@ -287,14 +319,15 @@ def format_value(value: float | None, unit: str) -> str:
     return f"{value:.4g} {unit}".strip()
 
 
-def _table(title: str, changes: list[Change], limit: int | None = None) -> list[str]:
+def _table(title: str, changes: list[Change], limit: int | None = None, show_why: bool = False) -> list[str]:
     if not changes:
         return []
     shown = changes[:limit] if limit else changes
     # ratio: the medians'; judged: what the rule read (paired: the rounds' median move; the box's move out)
     rows = [(_ratio(c.ratio), _ratio(c.moved), format_value(c.base, c.unit), format_value(c.head, c.unit),
-             c.label + (f"  [kernel {c.kernel}]" if c.kernel and c.kernel != "same" else "")
-             + (f"  (also {', '.join(c.also)})" if c.also else "")) for c in shown]
+             _plain(c.label) + (f"  [kernel {_plain(c.kernel)}]" if c.kernel and c.kernel != "same" else "")
+             + (f"  (also {_plain(', '.join(c.also))})" if c.also else "")
+             + (f"  ({c.why})" if show_why and c.why else "")) for c in shown]
     header = ("ratio", "judged", "base", "head", "cell")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     out = ["", f"{title}: {len(changes)}"]
@@ -324,3 +357,45 @@ def format_spread(rows: Sequence[Spread], markdown: bool = False) -> str:
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     return "\n".join("  ".join(r[i].rjust(widths[i]) if i > 1 else r[i].ljust(widths[i]) for i in range(len(r)))
                      for r in [header, *body])
+
+
+# ---------------------------------------------------------------------------------------------
+# strings the measured folder chose, rendered (the folder is untrusted: docs/ci.md)
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# What markdown reads inside a line: code, emphasis, links and images, strikethrough, table cells.
+# (A line of ours never starts with what the folder wrote, so #, >, - and digits need nothing.)
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]|~])")
+WORD_JOINER = "\u2060"
+
+
+def _plain(s: object, limit: int = 200) -> str:
+    """One line: control, line-breaking and direction characters dropped, whitespace collapsed, at most
+    ``limit`` characters."""
+    text = " ".join(_CONTROL.sub(" ", str(s)).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _code(s: object, limit: int = 200) -> str:
+    """``s`` as inline code in a markdown table cell: one line, bounded, fenced with one backtick more
+    than its longest run, ``|`` escaped (GFM splits a table row at a pipe before it reads code spans)."""
+    text = _plain(s, limit).replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
+def _prose(s: object, limit: int = 200) -> str:
+    """``s`` as markdown text in a line of ours that renders as written: one line, bounded, HTML's ``&``
+    and ``<`` escaped (no tag, no entity), the punctuation markdown reads inside a line
+    backslash-escaped, and mentions (``@name``), references (``#12``) and bare links (``://``,
+    ``www.``) broken by a word joiner, so a folder cannot ping, link, format or add a heading."""
+    text = _plain(s, limit)
+    text = re.sub(r"([@#])(?=\w)", "\\1" + WORD_JOINER, text)
+    text = text.replace("://", ":" + WORD_JOINER + "//").replace("www.", "www" + WORD_JOINER + ".")
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+
+
+def _cell_code(c: Change) -> str:
+    """A table's cell column: the label, and the other suites listing it."""
+    return _code(c.label) + (f" (also {_code(', '.join(c.also), 100)})" if c.also else "")

@@ -409,6 +409,12 @@ def read_remeasurement(path: str | Path) -> Remeasurement:
     return out
 
 
+# A re-measurement that clears every one of this many flagged cells or more contradicts the first
+# pass beyond what noise does: the model allows one failing run of unchanged code in 20, and a run
+# that flags several cells which all come back clean is a disturbed pass or a forged re-measurement.
+CONTRADICTED_FROM = 3
+
+
 @dataclass(frozen=True)
 class Confirmation:
     """What a re-measurement said about the flagged cells."""
@@ -416,6 +422,11 @@ class Confirmation:
     confirmed: list[Change]  # flagged again: regressions
     unconfirmed: list[Change]  # not flagged again: reported, not failing
     not_remeasured: list[Change]  # absent from the file: still failing (no evidence is not a pass)
+
+    @property
+    def contradicted(self) -> bool:
+        """It clears all of CONTRADICTED_FROM or more flagged cells: that fails too (a person reads it)."""
+        return len(self.unconfirmed) >= CONTRADICTED_FROM and not self.confirmed and not self.not_remeasured
 
 
 def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Callable[[Change], Rule],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ import asv_fixture as fx  # noqa: E402
 from relu2 import cli, noise  # noqa: E402
 from relu2.gate import GateInputError, compare_runs, gate_compare, noise_check, noise_learn  # noqa: E402
 from relu2.schema import MODE_NAMES, mode  # noqa: E402
+
+from conftest import refused  # noqa: E402
 
 
 def make_compare(dest: Path, base: str, head: str, *, complete: bool = True, box: str = "boot-1",
@@ -259,3 +262,218 @@ def test_noise_check_same_box_leaves_each_box_out_and_names_each_compare(tmp_pat
     assert cli.main(["noise", "check", str(fx.RESULTS), f"--same-box={folders[0]}"]) == 2
     assert cli.main(["noise", "check"]) == 2
     assert cli.main(["noise", "check", f"--same-box={folders[0]}", f"--same-box={folders[1]}"]) == 2  # one box
+
+
+# --- issue 39: what a compare folder from CI may decide ----------------------------------------------------
+
+
+def _edit(path: Path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def _machine_json(folder: Path, side: str) -> Path:
+    return folder / side / fx.MACHINE / "machine.json"
+
+
+@pytest.mark.parametrize("base_gpu, head_gpu, compare_gpu", [
+    ("none", "none", fx.GPU),  # compare.json names the GPU, both sides none
+    (fx.GPU, "none", fx.GPU),  # b478d2b: the head's "none" chose the CPU's model
+    (fx.GPU, fx.GPU, "none"),
+    ("NVIDIA H100 80GB HBM3", fx.GPU, fx.GPU),
+])
+def test_the_gpu_of_both_sides_and_the_compare_must_agree(tmp_path, capsys, base_gpu, head_gpu, compare_gpu):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
+    _edit(_machine_json(folder, "base"), gpu=base_gpu)
+    _edit(_machine_json(folder, "head"), gpu=head_gpu)
+    _edit(folder / "compare.json", gpu=compare_gpu)
+    with pytest.raises(GateInputError, match="the GPU is recorded as .*not judged"):
+        gate_compare(folder)
+    refused(["gate", "--compare", str(folder)], capsys, "base machine.json", "head machine.json", "compare.json")
+
+
+def test_the_gpu_must_be_the_one_the_runner_stands_for(tmp_path, capsys):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
+    assert gate_compare(folder, expect_gpu=fx.GPU).exit_code == 0
+    with pytest.raises(GateInputError, match="not on the 'NVIDIA H200' this runner stands for"):
+        gate_compare(folder, expect_gpu="NVIDIA H200")
+    cpu = make_compare(tmp_path / "cpu", fx.COMMIT_3, fx.COMMIT_3, gpu="none")
+    assert gate_compare(cpu).exit_code == 0  # a CPU compare, judged by the CPU's model, when none is expected
+    for name in ("none", ""):  # ... and never when a GPU is
+        refused(["gate", "--compare", str(cpu), "--expect-gpu", name], capsys, "--expect-gpu", "never none")
+    refused(["gate", fx.COMMIT_2, fx.COMMIT_3, "--results", str(fx.RESULTS), "--expect-gpu", fx.GPU], capsys,
+            "go with --compare DIR")
+    refused(["gate", fx.COMMIT_2, fx.COMMIT_3, "--results", str(fx.RESULTS), "--plan", "benchmarks"], capsys,
+            "go with --compare DIR")
+
+
+def test_the_l2_is_the_model_s(tmp_path):
+    """The bands (in L2, 1-4x L2, beyond) are the model's GPU's: a folder recording another L2 moved
+    every cell between them."""
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
+    for side in ("base", "head"):
+        _edit(_machine_json(folder, side), l2_bytes=str(2**40))
+    with pytest.raises(GateInputError, match="records an L2 of 1099511627776 bytes.*learned with 62914560"):
+        gate_compare(folder)
+    for side in ("base", "head"):
+        _edit(_machine_json(folder, side), l2_bytes=str(62914560))
+    assert gate_compare(folder).exit_code == 0
+
+
+@pytest.mark.parametrize("where, key, value", [
+    ("compare", "box", "boot-1\n### relu2 gate: PASS"),
+    ("compare", "box", "boot `x` @octocat"),
+    ("compare", "gpu", "NVIDIA H200 <img src=x>"),
+    ("head", "gpu", "NVIDIA H200\n\n### PASS"),
+    ("head", "torch", "2.9.0 [x](https://e.invalid)"),
+    ("base", "driver", "570 @octocat"),
+])
+def test_names_a_folder_records_are_refused_unless_plain(tmp_path, where, key, value):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
+    _edit(folder / "compare.json" if where == "compare" else _machine_json(folder, where), **{key: value})
+    with pytest.raises(GateInputError, match=f"{key} .*not read") as e:
+        gate_compare(folder)
+    assert not set("`@<[#\n") & set(str(e.value).split(": ", 1)[1])  # the message quotes nothing markdown reads
+
+
+def test_honest_names_are_read():
+    from relu2.gate import BOX_ID, RECORDED_NAME
+
+    assert BOX_ID.fullmatch("8c1f2a3e-5b6d-4e7f-8a9b-0c1d2e3f4a5b") and BOX_ID.fullmatch("h200-l:1")
+    for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "2.9.0+cu128", "570.133.20", "12.8", "n/a", "none", fx.GPU):
+        assert RECORDED_NAME.fullmatch(name), name
+
+
+def _planned(tmp_path: Path, name: str = "p") -> Path:
+    from test_ci_attacks import _planned_folder  # the whole plan of the suites, an A/A on the H200
+
+    return _planned_folder(tmp_path / name, "h200", "NVIDIA H200")
+
+
+PLAN = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def test_a_compare_of_the_whole_plan_holds_every_planned_cell(tmp_path, monkeypatch):
+    from relu2.gate import read_plan
+
+    monkeypatch.delenv(noise.MODEL_ENV, raising=False)  # the shipped model judges the H200
+    monkeypatch.setenv("RELU2_BENCH_QUICK", "1")  # the caller's narrowing is not the plan's
+    monkeypatch.setenv("RELU2_BENCH_SUITES", "Grid")
+    plan = read_plan(PLAN)
+    assert plan.suites == ("Grid", "ModelShapes", "VllmShapes", "Nemotron", "WarmupOrder")
+    report = gate_compare(_planned(tmp_path), expect_gpu="NVIDIA H200", plan=PLAN)
+    assert report.exit_code == 0 and report.planned == report.planned_compared == len(plan.cells) > 2000
+    assert f"({len(plan.cells)} of {len(plan.cells)} planned cells)" in report.summary()
+
+
+def test_a_planned_cell_absent_from_a_side_is_missing(tmp_path, monkeypatch):
+    monkeypatch.delenv(noise.MODEL_ENV, raising=False)
+    folder = _planned(tmp_path)
+    for side in ("base", "head"):  # one benchmark gone from both sides, results and benchmarks.json
+        path = next((folder / side).glob("*/*-*.json"))
+        data = json.loads(path.read_text())
+        del data["results"]["bench_relu2.Nemotron.track_hot"]
+        path.write_text(json.dumps(data))
+    report = gate_compare(folder, expect_gpu="NVIDIA H200", plan=PLAN)
+    assert report.exit_code == 1 and report.missing and not report.regressions
+    assert all(c.benchmark == "bench_relu2.Nemotron.track_hot" and c.why == "absent at base and head"
+               for c in report.missing)
+    assert "MISSING (in the plan" in report.format() and "#### Missing" in report.markdown()
+    assert report.as_json()["missing"][0]["label"].startswith("Nemotron.track_hot(")
+    allowed = gate_compare(folder, expect_gpu="NVIDIA H200", plan=PLAN, allow_missing=["Nemotron.*"])
+    assert allowed.exit_code == 0 and not allowed.missing and len(allowed.allowed) == len(report.missing)
+    assert gate_compare(folder).exit_code == 0  # without the plan nothing knew (b478d2b's judge)
+
+
+@pytest.mark.parametrize("changes, why", [
+    ({"suites": ["Grid"]}, "suites .*Grid.*, not all of Grid, ModelShapes"),
+    ({"narrowed": {"RELU2_BENCH_IMPLS": "fused,eager"}}, "narrowed by"),
+    ({"cells": ["x"]}, "only some cells"),
+])
+def test_a_compare_of_less_than_the_plan_is_refused(tmp_path, monkeypatch, changes, why):
+    monkeypatch.delenv(noise.MODEL_ENV, raising=False)
+    folder = _planned(tmp_path)
+    _edit(folder / "compare.json", **changes)
+    with pytest.raises(GateInputError, match=why):
+        gate_compare(folder, plan=PLAN)
+    assert gate_compare(folder).exit_code == 0  # what a user's own narrowed compare still gets, without --plan
+
+
+def test_a_plan_that_cannot_be_read_is_refused(tmp_path):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
+    with pytest.raises(GateInputError, match="no suites to take the plan from"):
+        gate_compare(folder, plan=tmp_path)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "bench_relu2.py").write_text("raise RuntimeError('no')\n")
+    with pytest.raises(GateInputError, match="the plan cannot be read .*RuntimeError: no"):
+        gate_compare(folder, plan=tmp_path / "broken")
+
+
+def _flat_confirmation(path: Path, report, machine: str = fx.MACHINE) -> Path:
+    """A re-measurement of every regression of ``report``, flat at its base figure: it clears them all."""
+    cells = [{"benchmark": c.benchmark, "params": dict(c.params), "base_rounds": [c.base] * 30,
+              "head_rounds": [c.base] * 30} for c in report.regressions]
+    path.write_text(json.dumps({"base": fx.COMMIT_3, "head": fx.COMMIT_3, "machine": machine, "cells": cells}))
+    return path
+
+
+@pytest.mark.parametrize("flagged, contradicted", [(2, False), (3, True), (4, True)])
+def test_a_re_measurement_that_clears_every_one_of_many_flagged_cells_fails(tmp_path, flagged, contradicted):
+    from relu2.verdict import CONTRADICTED_FROM
+
+    assert CONTRADICTED_FROM == 3
+    sizes = [1048576, 16777216, 268435456, 65536][:flagged]
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3, head_scale=[
+        (("bench_relu2.Grid.track_hot", {"impl": "fused", "dtype": "bfloat16", "numel": n}), 3.0) for n in sizes])
+    first = gate_compare(folder)
+    assert len(first.regressions) == flagged, [c.label for c in first.regressions]
+    report = gate_compare(folder, confirmed=_flat_confirmation(tmp_path / "again.json", first))
+    assert report.contradicted is contradicted and len(report.unconfirmed) == flagged and not report.regressions
+    assert report.exit_code == int(contradicted)
+    assert ("the re-measurement clears all" in report.summary()) is contradicted
+    assert report.as_json()["contradicted"] is contradicted
+
+
+def test_a_re_measurement_that_confirms_one_cell_is_not_contradicted(tmp_path):
+    sizes = [1048576, 16777216, 268435456]
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3, head_scale=[
+        (("bench_relu2.Grid.track_hot", {"impl": "fused", "dtype": "bfloat16", "numel": n}), 3.0) for n in sizes])
+    first = gate_compare(folder)
+    path = _flat_confirmation(tmp_path / "again.json", first)
+    data = json.loads(path.read_text())
+    data["cells"][0]["head_rounds"] = [x * 3.0 for x in data["cells"][0]["base_rounds"]]
+    path.write_text(json.dumps(data))
+    report = gate_compare(folder, confirmed=path)
+    assert not report.contradicted and len(report.regressions) == 1 and report.exit_code == 1
+
+
+def test_a_re_measurement_of_another_machine_is_refused(tmp_path):
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3, head_scale=[(PLANTED, 1.5)])
+    first = gate_compare(folder)
+    for machine in ("h100", ""):
+        with pytest.raises(GateInputError, match="a re-measurement on machine .*not on 'fixture-machine'"):
+            gate_compare(folder, confirmed=_flat_confirmation(tmp_path / "again.json", first, machine=machine))
+
+
+# --- the report's markdown: strings of the folder rendered as written ------------------------------------------
+
+
+def test_code_keeps_a_string_in_its_table_cell():
+    from relu2.gate_report import _code
+
+    assert _code("Grid.track_hot(impl=fused)") == "` Grid.track_hot(impl=fused) `"
+    assert _code("a`b``c") == "``` a`b``c ```"  # a fence longer than any run inside
+    assert _code("x|y") == "` x\\|y `"  # GFM splits the row at a pipe before it reads the code span
+    assert _code("a\n\n### b\r\x1b[31m\u202eX") == "` a ### b [31m X `"  # one line, no control or direction
+    assert len(_code("x" * 1000)) < 210
+
+
+def test_prose_renders_as_written():
+    from relu2.gate_report import WORD_JOINER, _prose
+
+    text = _prose("b\n\n### ✅ PASS <img src=x onerror=alert(1)> @octocat #12 [x](https://e.invalid) *y* _z_ | `w` &amp;")
+    assert "\n" not in text and "<" not in text and "&amp;amp;" in text
+    assert "@octocat" not in text and f"@{WORD_JOINER}octocat" in text and f"#{WORD_JOINER}12" in text
+    assert "\\[x\\](" in text and not re.search(r"(?<!\\)\]\(", text) and "https://" not in text  # no link
+    assert "\\*y\\*" in text and "\\_z\\_" in text and "\\|" in text and "\\`w\\`" in text
+    note = "base and head ran different software: torch n/a -> 2.12.0+cu130 (every figure may move with it)"
+    assert _prose(note, 1000) == note  # an honest note is unchanged

@@ -1,6 +1,8 @@
-"""The GPU workflows (issue 26): valid by actionlint and zizmor; a trusted start bound to the reviewed
-head; the GPU job only measures, on a single-use runner; a hosted job with a fresh instrument judges
-the uploaded figures; the report is bounded and posted only for the commit measured.
+"""The GPU workflows (issues 26 and 39): valid by actionlint and zizmor; a trusted start bound to an
+approval of the reviewed head by a person with write access; the GPU job only measures, on a
+single-use runner without cache access; a hosted job with a fresh instrument judges the uploaded
+figures, every machine whatever a folder holds; the report is bounded, posted only for the commit
+measured, and a failure when the judge produced nothing.
 
 Each script is taken out of the workflow file and run: the bash steps in bash, the github-script
 steps in node against a stand-in API (the calls they make are what is asserted)."""
@@ -64,6 +66,11 @@ def _jobs() -> dict:
     return _load(WORKFLOW)["jobs"]
 
 
+def _machines() -> dict[str, str]:
+    """The judge's MACHINES: each runner label of measure's matrix, and the GPU it stands for."""
+    return json.loads(_jobs()["judge"]["env"]["MACHINES"])
+
+
 # --- the tools -------------------------------------------------------------------------------------
 
 
@@ -88,13 +95,17 @@ def test_zizmor_finds_nothing_beyond_the_policy(persona):
 
 
 def test_the_zizmor_policy_gives_a_reason_for_every_accepted_finding():
-    lines = (ROOT / ".github" / "zizmor.yml").read_text().splitlines()
+    text = (ROOT / ".github" / "zizmor.yml").read_text()
+    lines = text.splitlines()
     entries = [i for i, line in enumerate(lines) if re.match(r"\s+- \S+\.yml", line)]
-    assert [lines[i].strip() for i in entries] == ["- benchmarks.yml:101", "- benchmarks-start.yml"]
+    assert [lines[i].strip() for i in entries] == ["- benchmarks.yml:109", "- benchmarks-start.yml"]
     for i in entries:
         assert lines[i - 1].strip().startswith("#"), f"no reason above {lines[i].strip()}"
     # the self-hosted entry names the line of measure's runs-on: moved, it would ignore nothing
-    assert WORKFLOW.read_text().splitlines()[100].strip().startswith("runs-on: [self-hosted")
+    assert WORKFLOW.read_text().splitlines()[108].strip().startswith("runs-on: [self-hosted")
+    # what the reasons claim, checked here or below: one GPU type, no cache, the labeller's permission read
+    assert "H100" not in text and "no cache\n      # access (cache-mode: none)" in text
+    assert "the labeller's permission" in text
 
 
 # --- the trusted start -----------------------------------------------------------------------------
@@ -137,6 +148,11 @@ const github = {
     pulls: { get: api('pulls.get', () => world.pull), listReviews: api('listReviews', () => world.reviews || []) },
     actions: { createWorkflowDispatch: api('dispatch', () => ({})) },
     repos: {
+      getCollaboratorPermissionLevel: async (args) => {
+        calls.push({ call: 'permission', args });
+        if (world.permission === null) { const e = new Error('Not Found'); e.status = 404; throw e; }
+        return { data: world.permission || { permission: 'write', role_name: 'write' } };
+      },
       compareCommitsWithBasehead: async (args) => {
         calls.push({ call: 'compare', args });
         if (world.compare === null) throw new Error('Not Found');
@@ -175,32 +191,49 @@ def _pull(head: str = HEAD, base_ref: str = "main", state: str = "open", author:
     return {"state": state, "user": {"login": author}, "head": {"sha": head}, "base": {"ref": base_ref, "sha": BASE}}
 
 
-def _review(login: str = "maintainer", commit: str = HEAD, state: str = "COMMENTED") -> dict:
-    return {"user": {"login": login}, "commit_id": commit, "state": state}
+def _review(login: str = "maintainer", commit: str = HEAD, state: str = "APPROVED", at: int = 1) -> dict:
+    return {"user": {"login": login}, "commit_id": commit, "state": state,
+            "submitted_at": f"2026-12-01T10:{at:02d}:00Z"}
 
 
-def _label_event() -> dict:
-    return {"action": "labeled", "label": {"name": "gpu-bench"}, "sender": {"login": "maintainer"},
+def _label_event(sender_type: str = "User") -> dict:
+    return {"action": "labeled", "label": {"name": "gpu-bench"}, "sender": {"login": "maintainer", "type": sender_type},
             "repository": {"default_branch": "main"},
             "pull_request": {"number": 12, "head": {"sha": HEAD}, "base": {"ref": "main", "sha": BASE}}}
 
 
-@pytest.mark.parametrize("pull, reviews, started", [
-    (_pull(), [_review()], True),
-    (_pull(), [_review(state="APPROVED")], True),
-    (_pull(head="d" * 40), [_review(commit="d" * 40)], False),  # pushed after the label: not what was approved
-    (_pull(), [_review(commit="e" * 40)], False),  # the review read an older commit
-    (_pull(), [_review(login="someone")], False),  # reviewed by another than the labeller
-    (_pull(), [_review(state="DISMISSED")], False),
-    (_pull(), [_review(state="PENDING")], False),  # not submitted
-    (_pull(), [], False),
-    (_pull(base_ref="release"), [_review()], False),  # retargeted since the label
-    (_pull(state="closed"), [_review()], False),
-    (_pull(author="maintainer"), [_review()], False),  # one's own code is approved by someone else
+OLDER = "e" * 40
+
+
+@pytest.mark.parametrize("pull, reviews, started, world", [
+    (_pull(), [_review()], True, {}),
+    (_pull(), [_review(state="COMMENTED")], False, {}),  # b478d2b: started; a comment approves nothing
+    (_pull(), [_review(state="CHANGES_REQUESTED")], False, {}),  # b478d2b: started
+    (_pull(), [_review(), _review(state="CHANGES_REQUESTED", at=2)], False, {}),  # the latest decides
+    (_pull(), [_review(state="CHANGES_REQUESTED"), _review(at=2)], True, {}),
+    (_pull(), [_review(), _review(state="COMMENTED", at=2)], True, {}),  # a later comment withdraws nothing
+    (_pull(), [_review(commit=OLDER), _review(state="COMMENTED", at=2)], False, {}),  # b478d2b: started
+    (_pull(), [_review(), _review(state="DISMISSED", at=2)], False, {}),  # its approval dismissed
+    (_pull(), [_review(at=2), _review(commit=OLDER, at=1)], True, {}),  # by time, not by the list's order
+    (_pull(head="d" * 40), [_review(commit="d" * 40)], False, {}),  # pushed after the label: not what was approved
+    (_pull(), [_review(commit=OLDER)], False, {}),  # the approval read an older commit
+    (_pull(), [_review(login="someone")], False, {}),  # approved by another than the labeller
+    (_pull(), [_review(state="DISMISSED")], False, {}),
+    (_pull(), [_review(state="PENDING")], False, {}),  # not submitted
+    (_pull(), [], False, {}),
+    (_pull(base_ref="release"), [_review()], False, {}),  # retargeted since the label
+    (_pull(state="closed"), [_review()], False, {}),
+    (_pull(author="maintainer"), [_review()], False, {}),  # one's own code is approved by someone else
+    (_pull(), [_review()], False, {"permission": {"permission": "read", "role_name": "triage"}}),  # b478d2b: started
+    (_pull(), [_review()], False, {"permission": {"permission": "read", "role_name": "read"}}),
+    (_pull(), [_review()], False, {"permission": None}),  # not a collaborator (a bot's login: 404)
+    (_pull(), [_review()], False, {"payload": _label_event(sender_type="Bot")}),  # b478d2b: started
+    (_pull(), [_review()], True, {"permission": {"permission": "admin", "role_name": "admin"}}),
+    (_pull(), [_review()], True, {"permission": {"permission": "write", "role_name": "maintain"}}),
 ])
-def test_the_start_dispatches_only_the_head_the_labeller_reviewed(tmp_path, pull, reviews, started):
+def test_the_start_dispatches_only_the_head_the_labeller_approved(tmp_path, pull, reviews, started, world):
     script = _step(_load(START)["jobs"]["start"], "Dispatch the reviewed head")["with"]["script"]
-    out = _run_script(tmp_path, script, {"payload": _label_event(), "pull": pull, "reviews": reviews})
+    out = _run_script(tmp_path, script, {"payload": _label_event(), "pull": pull, "reviews": reviews, **world})
     assert "threw" not in out, out
     names = [c["call"] for c in out["calls"]]
     assert names[0] == "removeLabel" and out["calls"][0]["args"]["name"] == "gpu-bench"  # one label, one run
@@ -297,7 +330,7 @@ def test_the_gpu_job_measures_with_the_default_branchs_instrument_and_decides_no
     assert str(upload["uses"]).startswith("actions/upload-artifact@")
     assert upload["with"]["name"] == "measured-${{ matrix.gpu }}"
     assert upload["with"]["path"] == "${{ runner.temp }}/measured/${{ matrix.gpu }}/"
-    assert set(measure["strategy"]["matrix"]["gpu"]) == set(jobs["judge"]["env"]["MACHINES"].split())
+    assert set(measure["strategy"]["matrix"]["gpu"]) == set(_machines())
     first = measure["steps"][0]
     assert first["name"] == "A fresh machine for this job alone"  # before any checkout or install
 
@@ -376,7 +409,8 @@ def test_a_hosted_job_with_a_fresh_instrument_judges_the_uploaded_figures():
     install = _step(judge, "Install the instrument")["run"]
     assert "--require-hashes -r instrument/.ci/requirements.txt" in install
     assert install.rstrip().endswith("rm -rf instrument")  # the judge reads what is installed, not the clone
-    machines = judge["env"]["MACHINES"].split()
+    assert 'cp -R instrument/benchmarks "$RUNNER_TEMP/suites"\nrm -rf instrument' in install  # the plan, kept
+    machines = list(_machines())
     downloads = [s for s in judge["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact@")]
     assert [d["with"] for d in downloads] == [  # by name: a pattern matching one artifact unpacks it flat
         {"name": f"measured-{m}", "path": f"${{{{ runner.temp }}}}/measured/measured-{m}"} for m in machines]
@@ -385,7 +419,8 @@ def test_a_hosted_job_with_a_fresh_instrument_judges_the_uploaded_figures():
         "Judge each machine")
     script = _step(judge, "Judge each machine")["run"]
     assert 'cd "$RUNNER_TEMP/empty"' in script
-    assert '"$RUNNER_TEMP/venv/bin/relu2" gate --compare "$dir" "${confirmed[@]}" --format markdown' in script
+    assert ('"$RUNNER_TEMP/venv/bin/relu2" gate --compare "$dir" --expect-gpu "$gpu" --plan "$RUNNER_TEMP/suites" \\\n'
+            '      "${confirmed[@]}" --format markdown >> "$md" 2> "$md.err" || code=$?') in script
     for job_id, job in _jobs().items():  # never a committed result: compare measured both sides on the box
         assert not re.search(r"results/|--results", json.dumps(job)), job_id
     assert "head.sha" not in json.dumps(_checkouts(judge))
@@ -412,22 +447,26 @@ def test_the_gpu_job_measures_again_only_what_the_compare_flags(tmp_path, gate_e
     assert calls[1:] == (expected if confirms else [])
 
 
-def test_the_judge_reads_a_re_measurement_beside_the_figures(tmp_path):
+def _needs_jq() -> None:
     if shutil.which("jq") is None:
         pytest.skip("jq is not installed (it is on GitHub's hosted runners)")
+
+
+def test_the_judge_reads_a_re_measurement_beside_the_figures(tmp_path):
+    _needs_jq()
     _stand_in_relu2(tmp_path / "venv" / "bin", 0, body="### relu2 gate: PASS")
     h200 = _compare_folder(tmp_path, "h200")
     (h200 / "confirm.json").write_text("{}")
-    _compare_folder(tmp_path, "h100")
     _, reports = _judge(tmp_path)
-    assert f"gate --compare {h200} --confirmed {h200}/confirm.json --format markdown" in reports["h200"]["report"]
-    assert "--confirmed" not in reports["h100"]["report"]
+    assert (f"gate --compare {h200} --expect-gpu NVIDIA H200 --plan {tmp_path}/suites --confirmed "
+            f"{h200}/confirm.json --format markdown") in reports["h200"]["report"]
 
 
-def _stand_in_relu2(bin_dir: Path, exit_code: int, body: str = "### relu2 gate: FAIL") -> Path:
+def _stand_in_relu2(bin_dir: Path, exit_code: int, body: str = "### relu2 gate: FAIL", then: str = "") -> Path:
+    """``relu2`` that prints ``body`` and its arguments, lists the folder it judges, runs ``then``."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     tool = bin_dir / "relu2"
-    tool.write_text(f'#!/bin/sh\necho "{body} $*"\nls "$3" > "$3/../seen-$(basename "$3")"\nexit {exit_code}\n')
+    tool.write_text(f'#!/bin/sh\necho "{body} $*"\nls "$3" > "$3/../seen-$(basename "$3")"\n{then}\nexit {exit_code}\n')
     tool.chmod(0o755)
     return tool
 
@@ -442,60 +481,105 @@ def _compare_folder(root: Path, name: str, **overrides) -> Path:
     return folder
 
 
+def _judge_env(tmp_path: Path, changed: str = "false") -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RELU2_")}
+    return {**env, "RUNNER_TEMP": str(tmp_path), "BASE": BASE, "HEAD": HEAD, "INSTRUMENT": MAIN_SHA,
+            "INSTRUMENT_CHANGED": changed, "MACHINES": _jobs()["judge"]["env"]["MACHINES"],
+            "GITHUB_OUTPUT": str(tmp_path / "out"), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary")}
+
+
 def _judge(tmp_path: Path, changed: str = "false") -> tuple[subprocess.CompletedProcess, dict]:
     script = _step(_jobs()["judge"], "Judge each machine")["run"]
-    env = {**os.environ, "RUNNER_TEMP": str(tmp_path), "BASE": BASE, "HEAD": HEAD, "INSTRUMENT": MAIN_SHA,
-           "INSTRUMENT_CHANGED": changed, "MACHINES": _jobs()["judge"]["env"]["MACHINES"],
-           "GITHUB_OUTPUT": str(tmp_path / "out"), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary")}
-    run = subprocess.run(["bash", "-e", "-c", script], env=env, capture_output=True, text=True, cwd=tmp_path)
+    run = subprocess.run(["bash", "-e", "-c", script], env=_judge_env(tmp_path, changed), capture_output=True,
+                         text=True, cwd=tmp_path)
     lines = (tmp_path / "out").read_text().splitlines() if (tmp_path / "out").exists() else []
     assert len(lines) == 1 and lines[0].startswith("reports="), lines  # one line: nothing injected
     return run, json.loads(lines[0].removeprefix("reports="))
 
 
+def _every_machine_passed(reports: dict) -> subprocess.CompletedProcess:
+    fail = _step(_jobs()["judge"], "Fail unless every machine passed")["run"]
+    return subprocess.run(["bash", "-e", "-c", fail], capture_output=True, text=True,
+                          env={**os.environ, "REPORTS": json.dumps(reports),
+                               "MACHINES": _jobs()["judge"]["env"]["MACHINES"]})
+
+
 def test_the_judge_gates_each_machine_and_fails_one_that_delivered_nothing(tmp_path):
-    if shutil.which("jq") is None:
-        pytest.skip("jq is not installed (it is on GitHub's hosted runners)")
+    _needs_jq()
     _stand_in_relu2(tmp_path / "venv" / "bin", 1)
     h200 = _compare_folder(tmp_path, "h200")
     (h200 / "report.md").write_text("### relu2 gate: PASS (written on the GPU box)\n")  # discarded, not read
     run, reports = _judge(tmp_path)
     assert run.returncode == 0, run.stderr
-    assert set(reports) == {"h200", "h100"}
+    assert set(reports) == set(_machines()) == {"h200"}
     assert reports["h200"]["exit"] == 1
-    assert reports["h200"]["report"] == f"**h200**\n\n### relu2 gate: FAIL gate --compare {h200} --format markdown\n"
+    assert reports["h200"]["report"] == (f"**h200**\n\n### relu2 gate: FAIL gate --compare {h200} --expect-gpu "
+                                         f"NVIDIA H200 --plan {tmp_path}/suites --format markdown\n")
     assert "report.md" not in (tmp_path / "measured" / "seen-measured-h200").read_text()
-    assert reports["h100"]["exit"] == 1 and "not measured" in reports["h100"]["report"]
-    fail = _step(_jobs()["judge"], "Fail unless every machine passed")["run"]
-    verdict = subprocess.run(["bash", "-e", "-c", fail], env={**os.environ, "REPORTS": json.dumps(reports)},
-                             capture_output=True, text=True)
-    assert verdict.returncode == 1
+    assert _every_machine_passed(reports).returncode == 1
+    shutil.rmtree(tmp_path / "measured")
+    (tmp_path / "out").unlink()
+    _, reports = _judge(tmp_path)
+    assert reports["h200"]["exit"] == 1 and "not measured" in reports["h200"]["report"]
+    assert _every_machine_passed({}).returncode == 1  # a machine without a report did not pass
+    assert _every_machine_passed({"h200": {"exit": 0, "report": ""}}).returncode == 0
 
 
 @pytest.mark.parametrize("overrides", [{"head": {"ref": "x", "sha": "d" * 40}}, {"base": {"ref": "x", "sha": "d" * 40}},
                                        {"instrument": "d" * 40}, {"machine": "h100"}, {"complete": False}])
 def test_the_judge_refuses_figures_of_another_comparison(tmp_path, overrides):
-    if shutil.which("jq") is None:
-        pytest.skip("jq is not installed (it is on GitHub's hosted runners)")
+    _needs_jq()
     _stand_in_relu2(tmp_path / "venv" / "bin", 0, body="### relu2 gate: PASS")
     _compare_folder(tmp_path, "h200", **overrides)
-    _compare_folder(tmp_path, "h100")
     _, reports = _judge(tmp_path)
     assert reports["h200"]["exit"] == 1 and "not a complete compare" in reports["h200"]["report"]
-    assert reports["h100"]["exit"] == 0
 
 
 def test_the_judge_bounds_each_report_and_says_when_the_instrument_changed(tmp_path):
-    if shutil.which("jq") is None:
-        pytest.skip("jq is not installed (it is on GitHub's hosted runners)")
+    _needs_jq()
     _stand_in_relu2(tmp_path / "venv" / "bin", 1, body="x" * 100_000)
-    for machine in ("h200", "h100"):
+    for machine in _machines():
         _compare_folder(tmp_path, machine)
     _, reports = _judge(tmp_path, changed="true")
-    for machine in ("h200", "h100"):
+    for machine in _machines():
         report = reports[machine]["report"]
         assert len(report) < 60_100 and report.endswith("(cut: the whole report is in the job summary)")
         assert "**The head changes the instrument**" in report
+
+
+def test_a_refusal_says_why_in_one_fenced_line(tmp_path):
+    """relu2 gate exit 2 (a folder it refuses): its reason reaches the comment, as code, without the
+    characters that could end the fence or that a terminal reads."""
+    _needs_jq()
+    _stand_in_relu2(tmp_path / "venv" / "bin", 2, body="",
+                    then="printf 'first\\nrelu2 gate: ```### @x <b>\\033[31m\\n' >&2")
+    _compare_folder(tmp_path, "h200")
+    _, reports = _judge(tmp_path)
+    report = reports["h200"]["report"]
+    assert reports["h200"]["exit"] == 2
+    assert report.endswith("relu2 gate exited 2: the check fails:\n\n```\nrelu2 gate: '''### @x <b>[31m\n```\n"), report
+
+
+def test_a_judge_that_breaks_on_one_machine_fails_it_with_a_report(tmp_path):
+    """Any command failing while one machine is judged (here: its exit cannot be written) stops that
+    machine alone, which fails with a report; the step goes on and its output names every machine."""
+    _needs_jq()
+    _stand_in_relu2(tmp_path / "venv" / "bin", 0, body="### relu2 gate: PASS",
+                    then='mkdir "$RUNNER_TEMP/judged/h200.md.exit"')
+    _compare_folder(tmp_path, "h200")
+    run, reports = _judge(tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert reports["h200"]["exit"] == 1
+    assert "the judge failed on this folder (status 1): the check fails" in reports["h200"]["report"]
+
+
+def test_the_step_s_output_holds_what_was_judged_even_when_it_fails(tmp_path):
+    """The step itself fails (here: the reports' folder is gone): its output is still written, once."""
+    _needs_jq()
+    _stand_in_relu2(tmp_path / "venv" / "bin", 0, then='rm -rf "$RUNNER_TEMP/judged"')
+    _compare_folder(tmp_path, "h200")
+    run, reports = _judge(tmp_path)
+    assert run.returncode != 0 and reports == {}  # the report job posts h200 as not judged: a failure
 
 
 # --- report: the comment and the status ---------------------------------------------------------------
@@ -505,26 +589,70 @@ def _report_world(pull: dict) -> dict:
     return {"payload": {"repository": {"default_branch": "main"}}, "pull": pull}
 
 
+def _report(tmp_path: Path, reports: str, pull: dict | None = None) -> tuple[list, list, dict]:
+    step = _step(_jobs()["report"], "Comment and set the status")
+    env = {"REPORTS": reports, "PR": "12", "HEAD": HEAD, "MACHINES": step["env"]["MACHINES"]}
+    out = _run_script(tmp_path, step["with"]["script"], _report_world(pull or _pull()), env)
+    comments = [c["args"] for c in out["calls"] if c["call"] == "createComment"]
+    statuses = [(c["args"]["sha"], c["args"]["context"], c["args"]["state"]) for c in out["calls"]
+                if c["call"] == "status"]
+    return comments, statuses, out
+
+
 @pytest.mark.parametrize("pull, posted", [(_pull(), True), (_pull(head="d" * 40), False),
                                           (_pull(base_ref="dev"), False)])
 def test_the_report_posts_one_bounded_report_per_machine_for_the_commit_measured(tmp_path, pull, posted):
     job = _jobs()["report"]
     assert job["permissions"] == {"pull-requests": "write", "statuses": "write"} and not _checkouts(job)
-    step = _step(job, "Comment and set the status")
+    assert json.loads(_step(job, "Comment and set the status")["env"]["MACHINES"]) == _machines()
     reports = {"h200": {"exit": 1, "report": "**h200**\n\nFAIL " + "y" * 70_000},
-               "h100": {"exit": 0, "report": "**h100**\n\nPASS <script>"},
                "evil": {"exit": 0, "report": "a machine no job measured"}}
-    env = {"REPORTS": json.dumps(reports), "PR": "12", "HEAD": HEAD, "MACHINES": step["env"]["MACHINES"]}
-    out = _run_script(tmp_path, step["with"]["script"], _report_world(pull), env)
-    comments = [c["args"] for c in out["calls"] if c["call"] == "createComment"]
-    statuses = [(c["args"]["sha"], c["args"]["context"], c["args"]["state"]) for c in out["calls"]
-                if c["call"] == "status"]
+    comments, statuses, _ = _report(tmp_path, json.dumps(reports), pull)
     if not posted:
         assert comments == [] and statuses == []
         return
-    assert [(c["issue_number"], c["body"][:10]) for c in comments] == [(12, "**h200**\n\n"), (12, "**h100**\n\n")]
+    assert [(c["issue_number"], c["body"][:10]) for c in comments] == [(12, "**h200**\n\n")]
     assert max(len(c["body"]) for c in comments) == 60_000
-    assert statuses == [(HEAD, "relu2 gate (h200)", "failure"), (HEAD, "relu2 gate (h100)", "success")]
+    assert statuses == [(HEAD, "relu2 gate (h200)", "failure")]
+    _, passed, _ = _report(tmp_path, json.dumps({"h200": {"exit": 0, "report": "**h200**\n\nPASS"}}))
+    assert passed == [(HEAD, "relu2 gate (h200)", "success")]
+
+
+@pytest.mark.parametrize("reports", ["", "{}", "not json", '{"__proto__": {"exit": 0}}'])
+def test_a_machine_the_judge_produced_nothing_for_fails(tmp_path, reports):
+    """b478d2b skipped the report job when the judge's output was empty: no comment, no status, and the
+    required check waited forever."""
+    job = _jobs()["report"]
+    assert "outputs.reports" not in job["if"] and job["if"] == "${{ !cancelled() && needs.check.outputs.pr != '' }}"
+    comments, statuses, out = _report(tmp_path, reports)
+    assert "threw" not in out, out
+    assert statuses == [(HEAD, f"relu2 gate ({m})", "failure") for m in _machines()]
+    assert [c["body"].split(":")[0] for c in comments] == [f"**{m}**" for m in _machines()]
+    assert all("not judged" in c["body"] for c in comments)
+
+
+# --- the lists of machines, and the cache ---------------------------------------------------------------
+
+
+def test_every_list_of_machines_names_the_same_gpus():
+    """measure's matrix, the judge's MACHINES and downloads, the report's MACHINES: one set."""
+    jobs = _jobs()
+    machines = set(_machines())
+    assert set(jobs["measure"]["strategy"]["matrix"]["gpu"]) == machines
+    assert set(json.loads(_step(jobs["report"], "Comment and set the status")["env"]["MACHINES"])) == machines
+    downloads = {s["with"]["name"] for s in jobs["judge"]["steps"]
+                 if str(s.get("uses", "")).startswith("actions/download-artifact@")}
+    assert downloads == {f"measured-{m}" for m in machines}
+
+
+def test_no_job_can_use_the_cache():
+    """The GPU job runs the head's code with a runtime token of the default branch's cache scope."""
+    for name, wf in _workflows().items():
+        assert wf.get("cache-mode") == "none", name
+        for job_id, job in wf["jobs"].items():
+            if _self_hosted(job):
+                assert job.get("cache-mode") == "none", f"{name}: {job_id} runs on its own runner with a cache"
+            assert not any("actions/cache" in str(step.get("uses", "")) for step in job["steps"]), job_id
 
 
 # --- least privilege, pinning ---------------------------------------------------------------------
