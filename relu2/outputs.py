@@ -55,19 +55,20 @@ def tracked(path: str | os.PathLike) -> list[str]:
     return [f for f in run.stdout.split("\0") if f][:3]
 
 
-def _writable_ancestor(path: Path, what: str) -> None:
+def _writable_ancestor(path: Path, what: str, shown: Path | None = None) -> None:
     """UsageError unless the nearest existing folder on ``path``'s way takes a file: tried, not asked
     (``os.access`` says yes to root everywhere, and /proc or a read-only mount say no only when written)."""
     import tempfile
 
+    shown = shown or path
     where = _existing_ancestor(path.absolute())
     if not where.is_dir():
-        raise UsageError(f"{what} {path}: {where} is a file, not a folder")
+        raise UsageError(f"{what} {shown}: {where} is a file, not a folder")
     try:
         with tempfile.TemporaryFile(dir=where):
             pass
     except OSError:
-        raise UsageError(f"{what} {path}: {where} is not writable") from None
+        raise UsageError(f"{what} {shown}: {where} is not writable") from None
 
 
 def claim_file(path: str | os.PathLike, what: str = "--out", *, force: bool = False,
@@ -78,7 +79,7 @@ def claim_file(path: str | os.PathLike, what: str = "--out", *, force: bool = Fa
         raise UsageError(f"{what}: no file named")
     if path.is_dir():
         raise UsageError(f"{what} {path}: is a folder (name the file to write)")
-    _writable_ancestor(path.parent, what)
+    _writable_ancestor(path.parent, what, shown=path)
     if path.exists() and not force:
         if tracked(path):
             raise UsageError(f"{what} {path}: a file the repository ships (tracked by git); name a new file, or --force")

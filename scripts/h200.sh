@@ -32,7 +32,7 @@
 #                   (RELU2_CSRC_DIR), into counters-PATCHNAME-N/; ARGS default --impl+fused
 #
 # Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
-# `bash ../shared/tools/gpu-box-wheels.sh .whl`) and .whl/repo.bundle, a git bundle of the
+# `bash ../shared/tools/gpu-box-wheels.sh .whl virtualenv pytest-xdist`: pytest-xdist for the addopts of pyproject.toml) and .whl/repo.bundle, a git bundle of the
 # repository (`git bundle create .whl/repo.bundle --all`; asv checks commits out of it).
 # The box's own python3 (/opt/torch/.venv) has torch, triton, matplotlib, tqdm, pytest and ninja;
 # asv, asv-tachyon and virtualenv go into /tmp/site from .whl/, on its PYTHONPATH, and this checkout's

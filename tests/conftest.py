@@ -46,6 +46,14 @@ def refused(argv: list[str], capsys: pytest.CaptureFixture[str], *expected: str)
     return last
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (pyproject's addopts): a worker per core for the fast tier, none for anything else. Tests
+    that measure (slow) or use the GPU (cuda) run one at a time in one process: side by side they would
+    time each other."""
+    fast = (config.getoption("markexpr") or "").replace(" ", "") == "notslow"
+    return max(1, min(os.cpu_count() or 1, 4)) if fast else 0
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAS_CUDA:
         return

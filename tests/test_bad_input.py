@@ -180,7 +180,7 @@ def test_plot_into_a_file_isrefused(tmp_path, capsys):
     target = tmp_path / "a-file"
     target.write_text("kept\n")
     for out in (target, target / "below"):
-        refused(["plot", str(results), "--out", str(out)], capsys, "cannot make the folder", str(out))
+        refused(["plot", str(results), "--out", str(out)], capsys, "not a folder", str(out))
     assert target.read_text() == "kept\n"
 
 
