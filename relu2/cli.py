@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
-from relu2 import schema
+from relu2.vocab import schema
 
 # Sizes above this are refused when parsing: no device holds 2 x 2^40 elements.
 MAX_NUMEL = 2**40
@@ -157,7 +157,7 @@ Cost: a round of a side costs what a measurement of one commit in one round cost
 
 
 def _target(text: str):
-    from relu2.confirm import parse_target
+    from relu2.runs.confirm import parse_target
 
     try:
         return parse_target(text)
@@ -174,7 +174,9 @@ def _fail(command: str, message: str) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from relu2 import machine, registry, timing
+    from relu2.host import machine
+    from relu2.measure import registry
+    from relu2.measure import timing
 
     device = machine.resolve_device(args.device)
     for key, value in machine.machine_info().items():
@@ -195,9 +197,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from relu2 import machine, registry
-    from relu2.agreement import agreement_matrix
-    from relu2.report import format_matrix
+    from relu2.host import machine
+    from relu2.measure import registry
+    from relu2.measure.agreement import agreement_matrix
+    from relu2.show.table import format_matrix
 
     device = machine.resolve_device(args.device)
     impls = registry.implementations()
@@ -218,10 +221,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from relu2 import machine, sweep, sweep_job
-    from relu2.isolation import timeout_from_env
+    from relu2.host import machine
+    from relu2.measure import sweep
+    from relu2.runs import sweep_job
+    from relu2.measure.isolation import timeout_from_env
 
-    from relu2 import outputs
+    from relu2.host import outputs
 
     device = machine.resolve_device(args.device)
     timeout_s = timeout_from_env()  # checked even under --timeout: one variable, one meaning, everywhere
@@ -241,8 +246,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _load_rows(source: Path, machine_name: str | None):
-    from relu2 import asv_results
-    from relu2.results import flag_outliers, read_csv
+    from relu2.records import asv_results
+    from relu2.records.rows import flag_outliers, read_csv
 
     if source.is_file():
         rows = read_csv(source)
@@ -251,7 +256,9 @@ def _load_rows(source: Path, machine_name: str | None):
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from relu2 import machine, outputs, plot
+    from relu2.host import machine
+    from relu2.host import outputs
+    from relu2.show import plot
 
     source = Path(args.source)
     if not source.exists():
@@ -262,7 +269,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return _fail("plot", f"no results in {source}")
     commit = args.commit
     if commit and not source.is_file():
-        from relu2.asv_results import resolve_commit
+        from relu2.records.asv_results import resolve_commit
 
         commit = resolve_commit(source, commit, args.machine)
     elif commit:
@@ -276,7 +283,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from relu2 import asv_results, outputs
+    from relu2.records import asv_results
+    from relu2.host import outputs
 
     if args.out:
         outputs.claim_file(args.out, force=args.force)
@@ -287,7 +295,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from relu2 import publish
+    from relu2.show import publish
 
     argv = list(args.asv_args)
     html = publish.publish(args.config, argv[1:] if argv[:1] == ["--"] else argv)
@@ -297,7 +305,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from relu2 import gate
+    from relu2.judge import gate
 
     floor_s = None if args.floor_us is None else args.floor_us * 1e-6
     if args.compare:
@@ -330,15 +338,16 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from relu2 import compare, lifecycle
+    from relu2.runs import compare
+    from relu2.host import lifecycle
 
     if args.resume and not args.out:
-        from relu2.machine import UsageError
+        from relu2.host.machine import UsageError
 
         raise UsageError("--resume needs --out DIR: the incomplete compare to continue")
     out = Path(args.out) if args.out else compare.default_out()
     if args.noise_model or os.environ.get("RELU2_NOISE_MODEL"):
-        from relu2 import noise
+        from relu2.judge import noise
 
         noise.load_models(args.noise_model)  # a model that does not read is refused before anything is measured
 
@@ -365,7 +374,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _repo(named: str | None) -> Path | None:
     """The git checkout ``--repo`` names, else the one here; None when that is no checkout."""
-    from relu2 import machine
+    from relu2.host import machine
 
     where = Path(named) if named else Path.cwd()
     return machine.repo_of(where) if where.is_dir() else None
@@ -374,7 +383,7 @@ def _repo(named: str | None) -> Path | None:
 def _same_commits(report: dict, base: str, head: str, repo: str | None, what: str) -> None:
     """UsageError when a gate report judged other commits than BASE and HEAD (its cells would be measured
     against commits it never saw)."""
-    from relu2 import machine
+    from relu2.host import machine
 
     where = _repo(repo)
     for side, ref in (("base", base), ("head", head)):
@@ -386,8 +395,12 @@ def _same_commits(report: dict, base: str, head: str, repo: str | None, what: st
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from relu2 import confirm, lifecycle, machine, outputs, quiet
-    from relu2.results import atomic_write_text
+    from relu2.runs import confirm
+    from relu2.host import lifecycle
+    from relu2.host import machine
+    from relu2.host import outputs
+    from relu2.host import busy as quiet
+    from relu2.records.rows import atomic_write_text
 
     targets, not_cells = list(args.cell), []
     if args.from_gate:
@@ -434,7 +447,10 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from relu2 import bisect, confirm, lifecycle, machine
+    from relu2.runs import bisect
+    from relu2.runs import confirm
+    from relu2.host import lifecycle
+    from relu2.host import machine
 
     targets = list(args.cell)
     if args.from_gate:
@@ -465,7 +481,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def cmd_noise(args: argparse.Namespace) -> int:
-    from relu2 import gate
+    from relu2.judge import gate
 
     if args.action == "check":
         if not args.results and not args.same_box:
@@ -479,7 +495,8 @@ def cmd_noise(args: argparse.Namespace) -> int:
         return _fail("noise", "learn needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
     if args.results and args.same_box:
         return _fail("noise", "one kind of model at a time: RESULTS_DIR... (cross-box) or --same-box (same-box)")
-    from relu2 import noise, outputs
+    from relu2.judge import noise
+    from relu2.host import outputs
 
     outputs.claim_file(args.out, force=args.force, own=noise.holds_models)
     command = " ".join(["relu2 noise learn", *args.results, *(f"--same-box {d}" for d in args.same_box),
@@ -494,7 +511,8 @@ def cmd_noise(args: argparse.Namespace) -> int:
 
 
 def cmd_asv(args: argparse.Namespace) -> int:
-    from relu2 import asv_run, lifecycle
+    from relu2.runs import asv_run
+    from relu2.host import lifecycle
 
     argv = list(args.asv_args)
     if argv[:1] == ["--"]:  # `relu2 asv -- --version`: options asv takes before its command
@@ -504,13 +522,14 @@ def cmd_asv(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from relu2 import machine, registry
-    from relu2.explain import explain, format_explanation
+    from relu2.host import machine
+    from relu2.measure import registry
+    from relu2.show.inspect import explain, format_explanation
 
     if args.impl not in registry.names():
         return _fail("inspect", f"unknown implementation {args.impl!r}; known: {', '.join(registry.names())}")
     device = machine.resolve_device(args.device)
-    from relu2.sweep import check_fits  # the sweep's refusal of an input the device cannot hold
+    from relu2.measure.sweep import check_fits  # the sweep's refusal of an input the device cannot hold
 
     check_fits([schema.Cell(args.impl, args.dtype, math.prod(args.shape), tuple(args.shape))], device)
     print(format_explanation(explain(args.impl, args.dtype, args.shape, device), show_source=not args.no_source))
@@ -518,8 +537,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_counters(args: argparse.Namespace) -> int:
-    from relu2 import counters, machine, outputs, sweep, sweep_job
-    from relu2.results import WriteError
+    from relu2.measure import counters
+    from relu2.host import machine
+    from relu2.host import outputs
+    from relu2.measure import sweep
+    from relu2.runs import sweep_job
+    from relu2.records.rows import WriteError
 
     device = machine.resolve_device(args.device)
     why = counters.unavailable(device)
@@ -546,7 +569,7 @@ def cmd_counters(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     import time
 
-    from relu2 import registry
+    from relu2.measure import registry
 
     jobs = os.environ.get("MAX_JOBS")
     if jobs is not None and not (jobs.strip().isdigit() and int(jobs) > 0):
@@ -600,7 +623,7 @@ _DEVICE_HELP = "cpu or cuda (default: cuda when torch sees a GPU, else cpu)"
 
 
 def bisect_description() -> str:
-    from relu2 import bisect
+    from relu2.runs import bisect
 
     return f"""\
 Bisect the first-parent commits from GOOD to BAD for the cells named (--cell) or flagged by a gate
@@ -650,7 +673,7 @@ def _add_force(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _machine_name(text: str) -> str:
-    from relu2.outputs import name_part
+    from relu2.host.outputs import name_part
 
     try:
         return name_part(text)
@@ -812,7 +835,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
 
-    COMPARE_ROUNDS, COMPARE_MAX = schema.MIN_ROUNDS, schema.MAX_COMPARE_ROUNDS  # relu2.compare's
+    COMPARE_ROUNDS, COMPARE_MAX = schema.MIN_ROUNDS, schema.MAX_COMPARE_ROUNDS  # relu2.runs.compare's
 
     p = sub.add_parser("compare", help="measure BASE and HEAD on this machine in interleaved rounds, then judge "
                        "the paired figures", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -861,7 +884,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
     p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
-    from relu2.confirm import CONFIRM_ROUNDS, DEFAULT_ROUNDS  # light: no torch, no verdict
+    from relu2.runs.confirm import CONFIRM_ROUNDS, DEFAULT_ROUNDS  # light: no torch, no verdict
 
     p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False, maximum=2 * COMPARE_MAX),
                    default=CONFIRM_ROUNDS,
@@ -876,7 +899,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(p)
     p.set_defaults(func=cmd_confirm)
 
-    from relu2 import bisect  # torch-free
+    from relu2.runs import bisect  # torch-free
 
     p = sub.add_parser("bisect", help="find the commit between GOOD and BAD where cells moved, measuring each step",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -991,7 +1014,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             warnings.showwarning = one_line
             return args.func(args)
     except KeyboardInterrupt as e:
-        if not getattr(e, "reported", False):  # relu2.lifecycle.guard has said what it stopped
+        if not getattr(e, "reported", False):  # relu2.host.lifecycle.guard has said what it stopped
             print("\ninterrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -1009,13 +1032,13 @@ def _is_usage_error(e: BaseException) -> bool:
     """Input refused at the boundary: exit 2, one line.  Only the types the code raises for bad input
     count (a device or size that is not here, a malformed or unwritable file, an unknown commit); any
     other error is a bug, and its traceback is what a user must report."""
-    from relu2.machine import UsageError
-    from relu2.results import CsvError, WriteError
+    from relu2.host.machine import UsageError
+    from relu2.records.rows import CsvError, WriteError
 
     if isinstance(e, (UsageError, CsvError, WriteError, argparse.ArgumentError)):
         return True
-    if "relu2.asv_results" in sys.modules:
-        from relu2.asv_results import ResultsError
+    if "relu2.records.asv_results" in sys.modules:
+        from relu2.records.asv_results import ResultsError
 
         return isinstance(e, ResultsError)
     return False

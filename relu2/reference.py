@@ -1,16 +1,9 @@
-"""The definition of relu²: the eager native two-op path every implementation must match bitwise."""
+"""Moved to relu2.measure.reference: import it from there (this path goes in a later release)."""
 
-from __future__ import annotations
+import sys
+import warnings
 
-import torch
-import torch.nn.functional as F
+from relu2.measure import reference as _moved
 
-
-def relu_squared_reference(x: torch.Tensor) -> torch.Tensor:
-    """``torch.square(F.relu(x))``: two kernels in eager mode, the ground truth of the contract.
-
-    relu is exact and the square is one multiply in fp32 (fp16/bf16 are upcast by torch's opmath)
-    rounded once to the output dtype, so any implementation that does the same agrees bitwise.
-    ``torch.relu`` keeps NaN, so NaN in gives NaN out.
-    """
-    return torch.square(F.relu(x))
+warnings.warn("reference moved: import relu2.measure.reference", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = _moved

@@ -5,7 +5,7 @@
 Measuring: a fresh clone of this checkout at REF (OUT/clone), then for each run i
 `relu2 compare REF REF --suites Grid --measure-only --out OUT/aa-NN` from that clone, with
 RELU2_BENCH_QUICK=1 (eager and copy, float32, 2^10 and 2^12 elements).  A folder already complete
-is kept (the script resumes).  Judging: each folder with relu2.compare.judge of THIS checkout (what
+is kept (the script resumes).  Judging: each folder with relu2.runs.compare.judge of THIS checkout (what
 `relu2 compare` runs after measuring), from run --first on; the count is printed last:
 "A/A: P of N passed".  Runs before --first are left to learn the same-box model from
 (relu2 noise learn --same-box), so the count is out of sample.
@@ -58,7 +58,7 @@ def _complete(folder: Path) -> bool:
 
 def judge(out: Path, first: int, noise_model: str | None) -> tuple[int, int]:
     sys.path.insert(0, str(HERE))
-    from relu2 import compare
+    from relu2.runs import compare
 
     passed = judged = 0
     for folder in sorted(out.glob("aa-*")):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import sys
 
-from relu2.results import read_csv
-from relu2.schema import NEMOTRON_TOKENS, NEMOTRON_WIDTHS, activation_shape, format_shape
+from relu2.records.rows import read_csv
+from relu2.vocab.schema import NEMOTRON_TOKENS, NEMOTRON_WIDTHS, activation_shape, format_shape
 
 # What vLLM can run for relu² (docs/lab/findings.md says where each one runs), and the references.
 VLLM_PATHS = ("vllm_cuda", "compile_dynamic", "compile_model", "compile_dim0", "eager", "eager_inplace")

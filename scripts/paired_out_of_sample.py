@@ -22,10 +22,10 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from relu2 import noise
-from relu2.asv_names import decode
-from relu2.gate import compare_sides, gate_compare, noise_learn, read_compare
-from relu2.verdict import GATED_MODES
+from relu2.judge import noise
+from relu2.records.asv_names import decode
+from relu2.judge.gate import compare_sides, gate_compare, noise_learn, read_compare
+from relu2.judge.rule import GATED_MODES
 
 
 def folders_of(root: Path) -> list[Path]:

@@ -3,7 +3,7 @@ fresh processes, one after another.
 
     python scripts/process_speed.py [--processes 12] [--numel 1024] [--device cpu]
 
-Each process times ``copy`` then ``eager`` (relu2.timing.time_fn, hot, relu2.timing.ROUND_BUDGET: one
+Each process times ``copy`` then ``eager`` (relu2.measure.timing.time_fn, hot, relu2.measure.timing.ROUND_BUDGET: one
 round's budget) on one input of NUMEL float32 elements and prints both medians; the last line gives
 each cell's spread over the processes (max/min) and the spread of copy/eager within a process.  A
 machine whose processes run at different speeds shows a large first figure and a small second one:
@@ -19,8 +19,8 @@ import sys
 
 ONE = """
 import sys, torch
-from relu2.registry import copy_bytes
-from relu2.timing import ROUND_BUDGET, time_fn
+from relu2.measure.registry import copy_bytes
+from relu2.measure.timing import ROUND_BUDGET, time_fn
 x = torch.randn(int(sys.argv[1]), device=sys.argv[2])
 eager = lambda t: torch.square(torch.nn.functional.relu(t))
 print(time_fn(copy_bytes, x, "hot", ROUND_BUDGET).median_s, time_fn(eager, x, "hot", ROUND_BUDGET).median_s)

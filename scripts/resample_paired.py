@@ -4,7 +4,7 @@
 
 For each timed cell (implementation, mode, numel) the (base round, head round) pairs of every A/A
 folder under FOLDER are pooled; a trial draws ROUNDS pairs with replacement and judges them by the
-paired move the verdict judges (``relu2.bisect.paired_move``), once as they are (identical code) and
+paired move the verdict judges (``relu2.runs.bisect.paired_move``), once as they are (identical code) and
 once with the head rounds times STEP (a planted slowdown).  Printed: per rounds and factor, the share
 of trials of identical cells beyond the factor, and of planted ones.
 
@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from relu2.bisect import paired_move  # noqa: E402
-from relu2.gate import compare_sides, read_compare  # noqa: E402
+from relu2.runs.bisect import paired_move  # noqa: E402
+from relu2.judge.gate import compare_sides, read_compare  # noqa: E402
 
 TIMED = ("hot", "cold")
 
@@ -70,7 +70,7 @@ def _at_least(kind: type, low: float):
 
 
 def main() -> int:
-    from relu2.schema import MIN_ROUNDS
+    from relu2.vocab.schema import MIN_ROUNDS
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("folder", type=Path, help="a folder of relu2 compare A/A folders (each with compare.json)")

@@ -73,7 +73,7 @@ def fixture_noise_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
     import os
     from dataclasses import replace
 
-    from relu2 import noise
+    from relu2.judge import noise
 
     shipped = noise.load_models(noise.DEFAULT_MODEL_PATH)
     h200 = noise.model_for(shipped, "NVIDIA H200", noise.CROSS_BOX)

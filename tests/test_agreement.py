@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import relu2
-from relu2.agreement import compare_bitwise
-from relu2.inputs import DTYPES, agreement_cases, random_input, special_values
+from relu2.measure.agreement import compare_bitwise
+from relu2.measure.inputs import DTYPES, agreement_cases, random_input, special_values
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -1,4 +1,4 @@
-"""An asv benchmark name and its parameters <-> a cell, in one place (relu2.asv_names), and the
+"""An asv benchmark name and its parameters <-> a cell, in one place (relu2.records.asv_names), and the
 judging wing's shape: torch-free, decoded once, no import cycle."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from relu2 import asv_names
-from relu2.asv_names import SUITE_DTYPES, decode, encode
-from relu2.schema import MODE_NAMES, format_shape
+from relu2.records import asv_names
+from relu2.records.asv_names import SUITE_DTYPES, decode, encode
+from relu2.vocab.schema import MODE_NAMES, format_shape
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +29,7 @@ def test_every_token_suite_s_dtype_is_decoded_from_the_suite_not_assumed():
     token_suites = [s for s in b.SUITES if "tokens" in s.param_names]
     assert {s.__name__ for s in token_suites} == set(SUITE_DTYPES)
     for suite in token_suites:
-        assert SUITE_DTYPES[suite.__name__] == suite.dtype  # the suite's own, from relu2.schema
+        assert SUITE_DTYPES[suite.__name__] == suite.dtype  # the suite's own, from relu2.vocab.schema
         cell = decode(f"bench_relu2.{suite.__name__}.track_hot", (("impl", "fused"), ("tokens", "8"),
                                                                    ("hidden", "3712")), "seconds")
         assert cell.dtype == suite.dtype
@@ -67,25 +67,25 @@ def test_the_summaries_and_the_side_figures_decode():
 
 
 def test_a_benchmark_name_is_decoded_in_one_place_and_the_wing_has_no_cycle():
-    sources = {p.stem: p.read_text() for p in (ROOT / "relu2").glob("*.py")}
+    sources = {p.stem: p.read_text() for p in (ROOT / "relu2").rglob("*.py")}
     decoders = [name for name, text in sources.items() if 'removeprefix("track_")' in text]
     assert decoders == ["asv_names"]
 
     def imports(name: str) -> set[str]:
         tree = ast.parse(sources[name])
-        return {n.module.removeprefix("relu2.") for n in ast.walk(tree)
+        return {n.module.rsplit(".", 1)[-1] for n in ast.walk(tree)
                 if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("relu2.")}
 
-    assert "noise" not in imports("verdict") and "gate" not in imports("verdict")
-    assert "noise" not in imports("asv_results") and "verdict" not in imports("asv_results")
+    assert "noise" not in imports("rule") and "gate" not in imports("rule")
+    assert "noise" not in imports("asv_results") and "rule" not in imports("asv_results")
 
 
 def test_the_readers_and_help_import_no_torch():
-    code = ("import sys; import relu2.gate, relu2.noise, relu2.asv_names; from relu2 import cli; "
+    code = ("import sys; import relu2.judge.gate, relu2.judge.noise, relu2.records.asv_names; from relu2 import cli; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     # relu2 --help reads constants only: the judging wing is not imported to build it
     code = ("import sys, contextlib, io\nfrom relu2 import cli\nwith contextlib.redirect_stdout(io.StringIO()):\n"
             "    try: cli.main(['gate', '--help'])\n    except SystemExit: pass\n"
-            "assert not {'relu2.noise', 'relu2.gate', 'relu2.verdict'} & set(sys.modules), sorted(sys.modules)")
+            "assert not {'relu2.judge.noise', 'relu2.judge.gate', 'relu2.judge.rule'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

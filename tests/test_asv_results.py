@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-from relu2.asv_results import (  # noqa: E402
+from relu2.records.asv_results import (  # noqa: E402
     FAILED_REASON,
     ResultsError,
     commits,
@@ -25,10 +25,10 @@ from relu2.asv_results import (  # noqa: E402
     rows_of,
     unquote,
 )
-from relu2.results import read_csv  # noqa: E402
-from relu2.schema import COLUMN_NAMES as COLUMNS  # noqa: E402
-from relu2.schema import MODE_NAMES as MODES  # noqa: E402
-from relu2.schema import format_shape, grid_shape  # noqa: E402
+from relu2.records.rows import read_csv  # noqa: E402
+from relu2.vocab.schema import COLUMN_NAMES as COLUMNS  # noqa: E402
+from relu2.vocab.schema import MODE_NAMES as MODES  # noqa: E402
+from relu2.vocab.schema import format_shape, grid_shape  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,7 @@ def test_module_imports_without_torch():
 
 def test_suites_take_their_grid_and_modes_from_the_package():
     from benchmarks import bench_relu2 as b
-    from relu2 import schema
+    from relu2.vocab import schema
 
     impls, dtypes, numels = b.Grid.params
     assert (tuple(dtypes), tuple(numels)) == (schema.DTYPES, schema.DEFAULT_SIZES)
@@ -65,7 +65,7 @@ def test_asv_discovers_the_suites(tmp_path):
     subprocess.run([sys.executable, _asv_script(), "discover", str(ROOT / "benchmarks"), str(out)],
                    cwd=tmp_path, env=_asv_env(tmp_path), check=True)
     found = {b["name"]: b for b in json.loads(out.read_text())}
-    from relu2.schema import MODE_NAMES
+    from relu2.vocab.schema import MODE_NAMES
 
     expected = {f"bench_relu2.{suite}.track_{what}" for suite in ("Grid", "ModelShapes")
                 for what in (*MODE_NAMES, "peak_memory", "kernel")}
@@ -104,7 +104,7 @@ def test_asv_discovers_the_suites(tmp_path):
 
 def test_the_routed_experts_width_is_measured_at_six_rows_a_token(bench):
     """Nemotron-3-Nano's routed experts run relu² on [tokens x 6, 1856]; readers agree on the shape."""
-    from relu2.schema import geometry
+    from relu2.vocab.schema import geometry
 
     cell = bench.Nemotron.cell("eager", 8, 1856)
     assert cell.shape == (48, 1856)
@@ -140,7 +140,7 @@ def test_the_committed_benchmarks_json_is_what_a_run_writes(tmp_path):
 def test_versions_follow_the_methods_and_keep_the_committed_history(tmp_path):
     """Every benchmark's version is its mode's method version; committed results carry today's version,
     or (a ruler changed since) an earlier method's, never a version no method had."""
-    from relu2.schema import KERNEL_ASV_VERSIONS_BEFORE, MODES
+    from relu2.vocab.schema import KERNEL_ASV_VERSIONS_BEFORE, MODES
 
     recorded = json.loads((ROOT / "results" / "benchmarks.json").read_text())
     for mode in MODES:
@@ -166,7 +166,7 @@ def test_asv_check_passes(tmp_path):
 
 def wrong_counting_calls(x):
     """relu² + 1, logging each call to $RELU2_TEST_CALLS (it runs in a worker process, not here)."""
-    from relu2.reference import relu_squared_reference
+    from relu2.measure.reference import relu_squared_reference
 
     with open(os.environ["RELU2_TEST_CALLS"], "a") as f:
         f.write(f"{x.numel()}\n")
@@ -180,7 +180,7 @@ def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_im
     calls = tmp_path / "calls"
     monkeypatch.setenv("RELU2_TEST_CALLS", str(calls))
     temporary_impl("wrong", wrong_counting_calls)
-    from relu2.rounds import DEFAULT_ROUNDS
+    from relu2.measure.rounds import DEFAULT_ROUNDS
 
     cache = bench.setup_cache()
     grid, model = bench.Grid(), bench.ModelShapes()

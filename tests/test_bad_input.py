@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import relu2
-from relu2 import cli, sweep
-from relu2.timing import MAX_CPU_SETS, cpu_rotation_sets
+from relu2 import cli
+from relu2.measure import sweep
+from relu2.measure.timing import MAX_CPU_SETS, cpu_rotation_sets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
@@ -160,7 +161,7 @@ def test_the_gate_echoes_a_bad_floor_as_typed(capsys):
 
 
 def test_a_bug_is_not_unusable_input(monkeypatch, tmp_path):
-    from relu2 import plot
+    from relu2.show import plot
 
     def broken(*args, **kwargs):
         raise ValueError("a bug in plotting")
@@ -168,7 +169,7 @@ def test_a_bug_is_not_unusable_input(monkeypatch, tmp_path):
     monkeypatch.setattr(plot, "plot_all", broken)
     with pytest.raises(ValueError, match="a bug in plotting"):
         cli.main(["plot", str(fx.RESULTS), "--out", str(tmp_path / "plots")])
-    assert cli._is_usage_error(relu2.machine.UsageError("bad input"))
+    assert cli._is_usage_error(relu2.host.machine.UsageError("bad input"))
     assert not cli._is_usage_error(OSError("a bug")) and not cli._is_usage_error(KeyError("a bug"))
 
 

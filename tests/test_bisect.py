@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from relu2 import bisect
-from relu2.bisect import LIKE_BAD, LIKE_GOOD, NOT_REPRODUCED, SAME, SLOWER, FASTER, UNCLEAR, UNKNOWN, Plan
+from relu2.runs import bisect
+from relu2.runs.bisect import LIKE_BAD, LIKE_GOOD, NOT_REPRODUCED, SAME, SLOWER, FASTER, UNCLEAR, UNKNOWN, Plan
 
 COMMITS = [f"{i:02d}" + "c" * 38 for i in range(9)]  # GOOD is COMMITS[0], BAD COMMITS[8]
 FUSED, TOY = "fused:float32:262144:hot", "toy:float32:262144:hot"
@@ -94,8 +94,8 @@ def test_the_same_box_model_sets_the_factors_of_the_cells_it_covers():
     family keeps the default."""
     import math
 
-    from relu2 import noise
-    from relu2.confirm import parse_target
+    from relu2.judge import noise
+    from relu2.runs.confirm import parse_target
 
     targets = {name: parse_target(name) for name in ("eager:float32:1024:hot", "copy:float32:4096:cold", TOY)}
     factors = bisect.model_factors(targets, "none")
@@ -256,7 +256,7 @@ def test_an_interrupted_bisection_resumes_from_its_state_file(tmp_path):
 
 
 def test_a_state_file_of_another_bisection_is_refused(tmp_path):
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     state = tmp_path / "state.json"
     bisect.search(Plan(COMMITS, [TOY]), FakeBox({TOY: step_at(5)}), state=state)
@@ -318,7 +318,7 @@ def fixture_repo(where: Path, count: int, slowed: dict[int, str], impls: tuple[s
         slow = {impl for at, impl in slowed.items() if n >= at}
         comment = "# relu² kernels of the fixture" + (", said again" if comment_only and n >= comment_only else "")
         body = "".join(IMPL.format(name=name, extra=slow_line if name in slow else "") for name in impls)
-        (where / "toykernel.py").write_text(f"{comment}\nimport torch\nfrom relu2.interface import Implementation\n{body}")
+        (where / "toykernel.py").write_text(f"{comment}\nimport torch\nfrom relu2.vocab.interface import Implementation\n{body}")
         setup = where / "setup.py"
         if n == broken:
             setup.write_text(BROKEN_SETUP)

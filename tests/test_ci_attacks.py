@@ -54,9 +54,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
 from conftest import ROOT  # noqa: E402
-from relu2 import noise  # noqa: E402
-from relu2.asv_names import decode  # noqa: E402
-from relu2.schema import MODE_NAMES, bytes_moved, kernel_id  # noqa: E402
+from relu2.judge import noise  # noqa: E402
+from relu2.records.asv_names import decode  # noqa: E402
+from relu2.vocab.schema import MODE_NAMES, bytes_moved, kernel_id  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 WORKFLOW = ROOT / ".github" / "workflows" / "benchmarks.yml"
@@ -65,7 +65,7 @@ KERNEL = "bench_relu2.Grid.track_kernel"
 INSTRUMENT = "c" * 40
 BASE, HEAD = fx.COMMIT_2, fx.COMMIT_3  # any two hashes: the folders are made here
 ROUNDS = 15
-SHIPPED_NOTE = "judged with its cross-box model"  # relu2.gate.pick_model: the shipped model of that GPU judged
+SHIPPED_NOTE = "judged with its cross-box model"  # relu2.judge.gate.pick_model: the shipped model of that GPU judged
 COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25",
            "stats_q_75", "stats_number", "stats_repeat", "samples", "profile"]
 
@@ -270,7 +270,7 @@ def _hostile_measurement(box: Path, measured: Path) -> None:
     and a verdict, a copy of that instrument and start-up code left in the folder that is uploaded."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(box), str(FIXTURES)]), "RELU2_HOSTILE_TARGET": str(box)}
     subprocess.run([sys.executable, "-c", "import hostile_impl"], env=env, check=True, timeout=60, cwd=box)
-    assert "# hostile_impl" in (box / "relu2" / "verdict.py").read_text()
+    assert "# hostile_impl" in (box / "relu2" / "judge" / "rule.py").read_text()
     (measured / "report.md").write_text("### ✅ relu2 gate: PASS\n")
     shutil.copytree(box / "relu2", measured / "relu2")
     (measured / "sitecustomize.py").write_text("import sys; print('### relu2 gate: PASS'); sys.exit(0)\n")
@@ -550,7 +550,7 @@ def test_markdown_in_a_cell_s_parameters_stays_in_its_table_cell(tmp_path):
                                  None, None, None, [[5e-6] * ROUNDS]]
         path.write_text(json.dumps(data))
 
-    from relu2.gate_report import _code
+    from relu2.judge.report import _code
 
     _, reports = _aa(tmp_path, extra)
     report = reports["h200"]["report"]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import HAS_CUDA, ROOT, refused
-from relu2 import cli, compare
+from relu2 import cli
+from relu2.runs import compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import make_fixture  # noqa: E402
@@ -77,7 +78,7 @@ def test_an_instrument_named_from_outside_that_is_none_isrefused(tmp_path, capsy
 
 
 def test_a_measured_distribution_neither_side_builds_isrefused(monkeypatch):
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     monkeypatch.setenv("RELU2_MEASURED", "nosuch-dist")
     with pytest.raises(UsageError, match="nosuch-dist"):
@@ -127,7 +128,7 @@ def test_confirm_refuses_a_cell_no_side_can_measure_before_any_round(cell, expec
 
 
 def _records(folder: Path):
-    from relu2.asv_results import load_records, machines
+    from relu2.records.asv_results import load_records, machines
 
     (machine,) = machines(folder)
     return [r for r in load_records(folder, machine) if r.benchmark.startswith("bench_relu2.Grid.track_")]
@@ -199,7 +200,7 @@ def test_a_kernel_planted_slower_fails_the_compare_naming_only_its_cells(planted
 
 
 def test_the_shipped_cpu_same_box_model_is_what_its_command_makes(tmp_path, monkeypatch):
-    from relu2 import noise
+    from relu2.judge import noise
 
     shipped = noise.model_for(noise.load_models(noise.DEFAULT_MODEL_PATH), "none", noise.SAME_BOX)
     assert shipped is not None, "the CPU same-box model is shipped in relu2/noise_model.json"
@@ -217,7 +218,7 @@ def test_a_side_s_process_finds_asv_where_the_caller_found_it(tmp_path):
     # folder; a side's process has its own PYTHONPATH and must still find it to write its results.
     (tmp_path / "asv").mkdir()
     (tmp_path / "asv" / "__init__.py").write_text("")
-    code = ("from relu2 import compare; from pathlib import Path\n"
+    code = ("from relu2.runs import compare; from pathlib import Path\n"
             "side = compare.Side('base', 'abc', Path('/x/site'))\n"
             "ruler = compare.Ruler(Path('/x/instrument'), Path('/x/benchmarks'))\n"
             "print(compare._env(side, ruler)['PYTHONPATH'])")
@@ -273,7 +274,7 @@ def test_a_stopped_compare_keeps_its_rounds_and_resume_measures_only_the_rest(pl
 def test_a_refused_resume_says_only_why_even_on_a_busy_machine(tmp_path, capsys, monkeypatch):
     # Issue 41: under load the busy-machine warning came first and the refusal second.  The refusal is
     # checked before the machine is: a refused command says only why it refused.
-    from relu2 import quiet
+    from relu2.host import busy as quiet
 
     warned = []
     monkeypatch.setattr(quiet, "before_measuring", lambda *a, **k: warned.append(a) or print(

@@ -1,4 +1,4 @@
-"""Declared exceptions to the bitwise contract (relu2.agreement): NaN -> +0 and writing the input.
+"""Declared exceptions to the bitwise contract (relu2.measure.agreement): NaN -> +0 and writing the input.
 
 An implementation may declare that NaN gives +0 (vLLM's CUDA kernel does: ``f > 0.0f ? f : 0.0f``,
 vLLM csrc/activation_kernels.cu, PR #39058) and is then held bitwise everywhere else; one that writes
@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import relu2
-from relu2.agreement import agreement_matrix, compare_bitwise
-from relu2.inputs import DTYPES, agreement_cases
-from relu2.report import format_matrix
-from relu2.schema import Cell
+from relu2.measure.agreement import agreement_matrix, compare_bitwise
+from relu2.measure.inputs import DTYPES, agreement_cases
+from relu2.show.table import format_matrix
+from relu2.vocab.schema import Cell
 
 
 def nan_to_zero(x: torch.Tensor) -> torch.Tensor:
@@ -134,8 +134,8 @@ def test_relu2_check_fails_an_undeclared_nan_to_zero(temporary_impl, capsys):
 
 def test_measure_gives_a_writes_input_implementation_a_fresh_input_per_series(temporary_impl):
     """Agreement, each mode's call series and the timed input are never one spoiled tensor."""
-    from relu2.measure import measure_cell
-    from relu2.timing import Budget
+    from relu2.measure.cell import measure_cell
+    from relu2.measure.timing import Budget
 
     seen: list[bool] = []  # per call: did the input still hold negatives (unspoiled)?
 

@@ -19,12 +19,12 @@ import torch
 
 import relu2
 from relu2_impls import fused
-from relu2.agreement import compare_bitwise
-from relu2.inputs import agreement_cases, random_input, special_values
-from relu2.reference import relu_squared_reference
+from relu2.measure.agreement import compare_bitwise
+from relu2.measure.inputs import agreement_cases, random_input, special_values
+from relu2.measure.reference import relu_squared_reference
 
 # The module, not the function of the same name that relu2 exports.
-from relu2 import registry  # noqa: E402
+from relu2.measure import registry  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()

@@ -15,9 +15,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-from relu2 import noise  # noqa: E402
-from relu2.asv_results import ResultsError, load_records  # noqa: E402
-from relu2.gate import GateInputError, GateReport, format_value, gate  # noqa: E402
+from relu2.judge import noise  # noqa: E402
+from relu2.records.asv_results import ResultsError, load_records  # noqa: E402
+from relu2.judge.gate import GateInputError, GateReport, format_value, gate  # noqa: E402
 
 LAUNCH_COMPILE = ("bench_relu2.ModelShapes.track_launch", {"impl": "compile", "tokens": 64, "hidden": 21504})
 COLD_EAGER = ("bench_relu2.Grid.track_cold", {"impl": "eager", "dtype": "float32", "numel": 65536})
@@ -41,7 +41,7 @@ def test_planted_regression_fails_the_gate():
     assert (report.machine, report.base, report.head) == (fx.MACHINE, fx.COMMIT_2, fx.COMMIT_3)
     text = report.format()
     assert fx.PLANTED_LABEL in text and "1.50x" in text and "FAIL (exit 1)" in text
-    assert "18.6 µs" in text and "28 µs" in text  # relu2.schema.format_seconds
+    assert "18.6 µs" in text and "28 µs" in text  # relu2.vocab.schema.format_seconds
 
 
 def test_scaled_cell_is_named(results):
@@ -193,7 +193,7 @@ def test_bad_factor_is_input_error():
 
 
 def test_format_value_units():
-    # relu2.schema's formatters, three significant digits, as every other table writes them
+    # relu2.vocab.schema's formatters, three significant digits, as every other table writes them
     assert format_value(2.5e-6, "seconds") == "2.5 µs"
     assert format_value(2.8e-4, "seconds") == "280 µs"
     assert format_value(5e-9, "seconds") == "5 ns"

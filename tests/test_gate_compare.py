@@ -15,9 +15,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-from relu2 import cli, noise  # noqa: E402
-from relu2.gate import GateInputError, compare_runs, gate_compare, noise_check, noise_learn  # noqa: E402
-from relu2.schema import MODE_NAMES, mode  # noqa: E402
+from relu2 import cli
+from relu2.judge import noise  # noqa: E402
+from relu2.judge.gate import GateInputError, compare_runs, gate_compare, noise_check, noise_learn  # noqa: E402
+from relu2.vocab.schema import MODE_NAMES, mode  # noqa: E402
 
 from conftest import refused  # noqa: E402
 
@@ -73,7 +74,7 @@ def test_an_aa_compare_passes_and_a_step_fails(tmp_path):
 
 
 def test_the_paired_rule_sets_round_i_beside_its_neighbours():
-    from relu2.verdict import Figure, Rule, is_slower, move
+    from relu2.judge.rule import Figure, Rule, is_slower, move
 
     # the box drifted 10% during the run; head is 5% slower than base in each round, measured beside it
     base = Figure(1.05, (1.00, 1.05, 1.10), rounds=True)
@@ -336,7 +337,7 @@ def test_names_a_folder_records_are_refused_unless_plain(tmp_path, where, key, v
 
 
 def test_honest_names_are_read():
-    from relu2.gate import BOX_ID, RECORDED_NAME
+    from relu2.judge.gate import BOX_ID, RECORDED_NAME
 
     assert BOX_ID.fullmatch("8c1f2a3e-5b6d-4e7f-8a9b-0c1d2e3f4a5b") and BOX_ID.fullmatch("h200-l:1")
     for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "2.9.0+cu128", "570.133.20", "12.8", "n/a", "none", fx.GPU):
@@ -353,7 +354,7 @@ PLAN = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def test_a_compare_of_the_whole_plan_holds_every_planned_cell(tmp_path, monkeypatch):
-    from relu2.gate import read_plan
+    from relu2.judge.gate import read_plan
 
     monkeypatch.delenv(noise.MODEL_ENV, raising=False)  # the shipped model judges the H200
     monkeypatch.setenv("RELU2_BENCH_QUICK", "1")  # the caller's narrowing is not the plan's
@@ -418,7 +419,7 @@ def _flat_confirmation(path: Path, report, machine: str = fx.MACHINE) -> Path:
 
 @pytest.mark.parametrize("flagged, contradicted", [(2, False), (3, True), (4, True)])
 def test_a_re_measurement_that_clears_every_one_of_many_flagged_cells_fails(tmp_path, flagged, contradicted):
-    from relu2.verdict import CONTRADICTED_FROM
+    from relu2.judge.rule import CONTRADICTED_FROM
 
     assert CONTRADICTED_FROM == 3
     sizes = [1048576, 16777216, 268435456, 65536][:flagged]
@@ -458,7 +459,7 @@ def test_a_re_measurement_of_another_machine_is_refused(tmp_path):
 
 
 def test_code_keeps_a_string_in_its_table_cell():
-    from relu2.gate_report import _code
+    from relu2.judge.report import _code
 
     assert _code("Grid.track_hot(impl=fused)") == "` Grid.track_hot(impl=fused) `"
     assert _code("a`b``c") == "``` a`b``c ```"  # a fence longer than any run inside
@@ -468,7 +469,7 @@ def test_code_keeps_a_string_in_its_table_cell():
 
 
 def test_prose_renders_as_written():
-    from relu2.gate_report import WORD_JOINER, _prose
+    from relu2.judge.report import WORD_JOINER, _prose
 
     text = _prose("b\n\n### ✅ PASS <img src=x onerror=alert(1)> @octocat #12 [x](https://e.invalid) *y* _z_ | `w` &amp;")
     assert "\n" not in text and "<" not in text and "&amp;amp;" in text

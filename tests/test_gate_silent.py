@@ -15,10 +15,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-from relu2 import noise  # noqa: E402
-from relu2.asv_results import Record, measurements  # noqa: E402
-from relu2.gate import GateInputError, gate  # noqa: E402
-from relu2.verdict import Figure, Rule, compare, is_slower  # noqa: E402
+from relu2.judge import noise  # noqa: E402
+from relu2.records.asv_results import Record, measurements  # noqa: E402
+from relu2.judge.gate import GateInputError, gate  # noqa: E402
+from relu2.judge.rule import Figure, Rule, compare, is_slower  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GRID_HOT = "bench_relu2.Grid.track_hot"
@@ -168,8 +168,8 @@ def test_a_commit_measured_twice_takes_the_newest_run(results):
     (src.parent / f"{fx.COMMIT_3[:8]}-older-env.json").write_text(json.dumps(data))
     report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
     assert [c.label for c in report.regressions] == [fx.PLANTED_LABEL]
-    from relu2.asv_results import load_rows
-    from relu2.results import csv_text
+    from relu2.records.asv_results import load_rows
+    from relu2.records.rows import csv_text
 
     exported = load_rows(results, commit=fx.COMMIT_3)  # export and the plots read the measurement judged
     assert csv_text(exported) == csv_text(load_rows(fx.RESULTS, commit=fx.COMMIT_3))
@@ -248,8 +248,8 @@ def test_a_cell_bimodal_between_processes_is_judged_beyond_its_own_spread():
 
 def _rounds_run(machine: str, medians: dict[str, tuple[float, ...]]):
     """A Run of today's method: per implementation, the fused 16384x21504 hot cell's rounds."""
-    from relu2.asv_results import Record
-    from relu2.schema import mode
+    from relu2.records.asv_results import Record
+    from relu2.vocab.schema import mode
 
     records = [Record(machine, "c" * 40, 0, "env", 0, "bench_relu2.Nemotron.track_hot",
                       (("impl", impl), ("tokens", "16384"), ("hidden", "21504")), "seconds",
@@ -260,7 +260,7 @@ def _rounds_run(machine: str, medians: dict[str, tuple[float, ...]]):
 
 
 def test_the_model_learns_each_cell_s_width_from_its_rounds_and_fits_the_band_beyond_it():
-    from relu2.schema import quantile
+    from relu2.vocab.schema import quantile
 
     rounds = {"a": {"eager": (742e-6, 741e-6, 742e-6), "copy": (334e-6, 332e-6, 331e-6)},
               "b": {"eager": (735e-6, 725e-6, 735e-6), "copy": (330e-6, 329e-6, 330e-6)},
@@ -343,9 +343,9 @@ def test_thresholds_tighten_with_fewer_gated_cells():
 
 
 def test_the_same_code_with_another_autotuned_pick_is_repicked_not_a_regression():
-    """relu2.compiled's fingerprint is the code's digits then the pick's: a box that autotuned to another
+    """relu2.measure.compiled's fingerprint is the code's digits then the pick's: a box that autotuned to another
     configuration of the same generated code moved its figure, but no commit did (issue 18)."""
-    from relu2.schema import kernel_id, only_repicked
+    from relu2.vocab.schema import kernel_id, only_repicked
 
     def run(hot: float, fingerprint: str, impl: str = "compile_dynamic") -> list:
         params = {"impl": impl, "tokens": "64", "hidden": "21504"}
@@ -361,7 +361,7 @@ def test_the_same_code_with_another_autotuned_pick_is_repicked_not_a_regression(
 
 def test_a_repick_is_exempt_only_where_autotuning_picks_and_only_so_far():
     """c8c9b4b passed a "repicked" cell 2x or 10x slower, fused included, which has no autotuning."""
-    from relu2.schema import kernel_id
+    from relu2.vocab.schema import kernel_id
 
     def run(hot: float, fingerprint: str, impl: str) -> list:
         params = {"impl": impl, "tokens": "64", "hidden": "21504"}
@@ -387,7 +387,7 @@ def test_a_head_with_no_figure_says_the_head_has_none(results):
 
 def _grid_records(commit: str, scale: dict[str, float]) -> list:
     """Grid hot cells of eager, copy and fused at six sizes, each implementation's figures times ``scale``."""
-    from relu2.schema import mode
+    from relu2.vocab.schema import mode
 
     return measurements(_grid_raw(commit, scale, mode("hot").asv_version))
 
@@ -407,7 +407,7 @@ def test_a_box_slower_as_a_whole_is_judged_against_its_own_references():
     """One freshly started H200 ran 1-2% faster than two others on every implementation (806851a):
     judged by the ratio alone a box's move is every cell's.  Taken out by the move of eager and copy,
     only what moved beyond them is a regression."""
-    from relu2.verdict import compare
+    from relu2.judge.rule import compare
 
     rule = lambda m, gated: Rule(True, 1.02, 0.0)  # noqa: E731
     one_band = lambda cell: "band"  # noqa: E731
@@ -427,8 +427,8 @@ def test_earlier_methods_teach_the_noise_only_where_they_timed_the_same_thing():
     """Single-process figures before rounds (hot method 1, cold method 2) are A/A draws of how boxes
     differ, and join the learning; cold's method 1, whose L2 flush split the largest figures in two,
     does not."""
-    from relu2.asv_results import Record
-    from relu2.schema import mode
+    from relu2.records.asv_results import Record
+    from relu2.vocab.schema import mode
 
     def run(machine: str, versions: dict[str, str], scale: float):
         records = [Record(machine, "e" * 40, 0, "env", 0, f"bench_relu2.Grid.track_{m}",
@@ -454,8 +454,8 @@ def test_the_model_learned_does_not_depend_on_the_clone(monkeypatch, tmp_path):
     # docs/aa/planted holds two commits made in the same second (branches off main): a clone of main
     # alone cannot order them by the git graph.  The pair's direction decides whose figure is the
     # base, so the model (its simulation sample, hence the resolution printed) must not follow it.
-    from relu2 import machine
-    from relu2.asv_results import commit_dates
+    from relu2.host import machine
+    from relu2.records.asv_results import commit_dates
 
     planted = REPO / "docs/aa/planted"
     dates = list(commit_dates(planted).values())

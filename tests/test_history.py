@@ -53,7 +53,7 @@ def results_of(folder: Path) -> dict[str, list]:
 
 def first_with_interface(repo: Path) -> str:
     """The oldest commit of ``repo`` whose pyproject.toml declares implementations through interface 1."""
-    from relu2.asv_run import declared_implementations
+    from relu2.runs.asv_run import declared_implementations
 
     for commit in git(repo, "rev-list", "--reverse", "--first-parent", "HEAD").split():
         if declared_implementations(repo, commit)[0]:
@@ -71,9 +71,9 @@ def test_every_commit_is_measured_by_todays_instrument_or_left_out_with_its_reas
     # A commit whose own instrument is broken: if asv measured it with its own ruler, nothing would time.
     # The checkout asv runs in stays at HEAD: its working tree is the instrument.
     git(project, "checkout", "-q", "-b", "broken-ruler")
-    timing = project / "relu2" / "timing.py"
+    timing = project / "relu2" / "measure" / "timing.py"
     timing.write_text(timing.read_text() + "\nraise ImportError('the commit under test brought its own ruler')\n")
-    git(project, "commit", "-qam", "break this commit's own relu2.timing")
+    git(project, "commit", "-qam", "break this commit's own relu2.measure.timing")
     broken = git(project, "rev-parse", "HEAD")
     git(project, "checkout", "-q", "main")
     hashes = tmp_path / "commits.txt"
@@ -115,7 +115,7 @@ def test_a_result_with_no_figure_is_removed_and_its_reason_said(tmp_path):
 
 TOY = '''"""A relu² kernel in another repository, measured by relu2-bench through interface 1."""
 import torch
-from relu2.interface import Implementation
+from relu2.vocab.interface import Implementation
 
 REPEAT = {repeat}
 
@@ -256,7 +256,7 @@ def test_confirm_measures_base_and_head_again_in_fresh_processes(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(out.read_text())
     assert (report["base"], report["head"], report["rounds"]) == (base, head, 3)
-    from relu2.verdict import read_remeasurement
+    from relu2.judge.rule import read_remeasurement
 
     assert len(read_remeasurement(out).cells) == 2  # what relu2 gate --confirmed reads
     by_impl = {c["impl"]: c for c in report["cells"]}

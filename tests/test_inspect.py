@@ -6,7 +6,7 @@ import pytest
 
 from conftest import requires_cuda
 from relu2 import cli
-from relu2.explain import explain, ptx_accesses, sass_accesses, wrapper_kernels
+from relu2.show.inspect import explain, ptx_accesses, sass_accesses, wrapper_kernels
 
 PTX = """
     @%p1 ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];
@@ -79,7 +79,8 @@ def test_inspect_takes_a_measurements_own_steps(monkeypatch):
     rather than a copy of them that could drift from what a sweep measures (issue 19)."""
     import os
 
-    from relu2 import isolation, measure
+    from relu2.measure import isolation
+    from relu2.measure import cell as measure
 
     calls = []
     prepare_and_check, private_caches = measure.prepare_and_check, isolation.private_caches

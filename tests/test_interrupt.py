@@ -26,7 +26,7 @@ from typing import Callable
 import pytest
 
 from conftest import ROOT
-from relu2.lifecycle import carrying, process_table
+from relu2.host.lifecycle import carrying, process_table
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +128,7 @@ def _both(a: Callable[[Launched], bool], b: Callable[[Launched], bool]) -> Calla
     return lambda run: a(run) and b(run)
 
 
-WORKERS = _with("multiprocessing.spawn")  # a worker process of relu2.isolation, starting or measuring
+WORKERS = _with("multiprocessing.spawn")  # a worker process of relu2.measure.isolation, starting or measuring
 
 
 def _stop(run: Launched, signum: int) -> tuple[float, dict[int, str]]:
@@ -216,7 +216,7 @@ def test_a_second_ctrl_c_ends_everything_at_once(tmp_path, launch):
 
 FORKED = """
 import os, time
-from relu2 import lifecycle
+from relu2.host import lifecycle
 try:
     with lifecycle.guard("forked"):
         if os.fork() == 0:  # as asv forks: the child runs Python, with the guard's handler
@@ -352,9 +352,9 @@ def test_an_interrupted_bisect_ends_every_process_it_started(project, tmp_path, 
 
 
 POOL = """
-from relu2.isolation import WorkerPool
-from relu2.schema import Cell
-from relu2.timing import Budget
+from relu2.measure.isolation import WorkerPool
+from relu2.vocab.schema import Cell
+from relu2.measure.timing import Budget
 pool = WorkerPool(["eager"], "cpu")
 print("ready", *pool.pids(), flush=True)
 pool.measure(Cell("eager", "float32", 1024, (1024,)), ["hot"], "cpu", Budget(samples=1000, sample_ms=500))

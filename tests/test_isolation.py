@@ -1,6 +1,6 @@
 """Isolation: an implementation that segfaults, aborts, hangs or runs out of memory costs only its own cells.
 
-Each one runs in a worker process of its own (relu2.isolation); these implementations are defined
+Each one runs in a worker process of its own (relu2.measure.isolation); these implementations are defined
 at module level so the workers can unpickle them.
 """
 
@@ -18,8 +18,8 @@ import pytest
 import relu2
 from conftest import requires_cuda
 from relu2 import cli
-from relu2.isolation import WorkerPool, death_reason
-from relu2.schema import grid_cells
+from relu2.measure.isolation import WorkerPool, death_reason
+from relu2.vocab.schema import grid_cells
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 
@@ -159,7 +159,7 @@ def test_a_worker_stopped_for_a_timeout_leaks_no_semaphore(tmp_path):
         "import sys\n"
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "import relu2\nfrom test_isolation import holds_a_semaphore_and_hangs\n"
-        "from relu2.isolation import WorkerPool\nfrom relu2.schema import grid_cells\n"
+        "from relu2.measure.isolation import WorkerPool\nfrom relu2.vocab.schema import grid_cells\n"
         "if __name__ == '__main__':\n"
         "    relu2.register('holds', holds_a_semaphore_and_hangs, replace=True)\n"
         "    with WorkerPool(['holds'], 'cpu', timeout_s=2) as pool:\n"
@@ -190,7 +190,7 @@ def test_a_worker_is_born_ignoring_ctrl_c_and_the_pool_keeps_its_own_handler():
     import multiprocessing
     import signal as _signal
 
-    from relu2.isolation import _sigint_held
+    from relu2.measure.isolation import _sigint_held
 
     before = _signal.getsignal(_signal.SIGINT)
     ctx = multiprocessing.get_context("spawn")

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from relu2 import cli, compare, outputs
+from relu2 import cli
+from relu2.runs import compare
+from relu2.host import outputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402

@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-from relu2 import plot  # noqa: E402
-from relu2.asv_results import load_rows  # noqa: E402
+from relu2.show import plot  # noqa: E402
+from relu2.records.asv_results import load_rows  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -99,7 +99,7 @@ def test_copy_ceiling_is_copy_at_its_largest_size(rows):
 
 @pytest.mark.parametrize("lo, hi", [(0.04, 16.0), (0.5, 1.0), (1.2, 2.5), (0.9, 1.1), (1.0, 400.0)])
 def test_speedup_ticks_label_any_range(lo, hi):
-    from relu2.plot import speedup_ticks
+    from relu2.show.plot import speedup_ticks
 
     ticks = speedup_ticks(lo, hi)
     assert 2 <= len(ticks) <= 10 and ticks == sorted(ticks)
@@ -109,7 +109,7 @@ def test_speedup_ticks_label_any_range(lo, hi):
 
 
 def test_implausible_figures_are_marked_in_the_plots(rows, tmp_path):
-    from relu2.plot import _flag_handle, plot_latency, select_commit
+    from relu2.show.plot import _flag_handle, plot_latency, select_commit
 
     at = select_commit(rows)
     flagged = [dataclasses.replace(r, flags="above-roofline") if r.impl == "fused" else r for r in at]
@@ -123,7 +123,7 @@ def test_implausible_figures_are_marked_in_the_plots(rows, tmp_path):
 @pytest.mark.parametrize("median", [float("nan"), -1.0])
 def test_nothing_to_draw_says_why_and_exits_1(rows, tmp_path, capsys, median):
     from relu2 import cli
-    from relu2.results import write_csv
+    from relu2.records.rows import write_csv
 
     at = plot.select_commit(rows, fx.COMMIT_3)
     write_csv([dataclasses.replace(r, median_s=median) for r in at], tmp_path / "sweep.csv")

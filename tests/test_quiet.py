@@ -1,4 +1,4 @@
-"""The quiet-machine check before measuring (relu2.quiet): GPU compute processes and CPU load."""
+"""The quiet-machine check before measuring (relu2.host.busy): GPU compute processes and CPU load."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from relu2 import cli, quiet
+from relu2 import cli
+from relu2.host import busy as quiet
 
 LISTING = Path(__file__).parent / "fixtures" / "nvidia-smi-compute-apps.csv"
 

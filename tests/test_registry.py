@@ -9,8 +9,8 @@ import torch
 import relu2
 
 # The module, not the function of the same name that relu2 exports.
-from relu2 import registry  # noqa: E402
-from relu2.inputs import DTYPES, agreement_cases
+from relu2.measure import registry  # noqa: E402
+from relu2.measure.inputs import DTYPES, agreement_cases
 
 BUILTIN = {"eager", "compile", "compile_dynamic", "fused", "triton", "copy"}
 
@@ -123,7 +123,7 @@ def test_compiled_paths_fail_loudly_instead_of_falling_back(name):
     """Past dynamo's recompile limit, a compiled path must raise, never quietly run eager code."""
     import torch._dynamo
 
-    from relu2.compiled import RECOMPILE_LIMIT, Compiled
+    from relu2.measure.compiled import RECOMPILE_LIMIT, Compiled
 
     compiled = Compiled(name, recipe(name))  # a fresh function: a cache of its own
     assert torch._dynamo.config.fail_on_recompile_limit_hit
@@ -143,7 +143,7 @@ def test_compiled_paths_fail_loudly_instead_of_falling_back(name):
 
 def recipe(name: str):
     """How ``name`` is compiled: the instrument's static baseline, or vLLM's calls from relu2_impls."""
-    from relu2.registry import STATIC_COMPILE
+    from relu2.measure.registry import STATIC_COMPILE
     from relu2_impls.vllm import recipes
 
     return STATIC_COMPILE if name == "compile" else recipes()[name]
@@ -151,8 +151,8 @@ def recipe(name: str):
 
 FINGERPRINT = """
 import sys, torch
-from relu2.compiled import Compiled
-from relu2.registry import STATIC_COMPILE
+from relu2.measure.compiled import Compiled
+from relu2.measure.registry import STATIC_COMPILE
 from relu2_impls.vllm import recipes
 path = Compiled(sys.argv[1], STATIC_COMPILE if sys.argv[1] == "compile" else recipes()[sys.argv[1]])
 for shape in ((64, 8), (3, 8), (1, 8)):

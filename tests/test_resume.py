@@ -15,11 +15,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-from relu2 import asv_run, cli, sweep  # noqa: E402
-from relu2.results import atomic_write_text, read_csv, write_csv  # noqa: E402
-from relu2.schema import grid_cells as default_cells  # noqa: E402
-from relu2.sweep import run_resumable  # noqa: E402
-from relu2.timing import Budget  # noqa: E402
+from relu2 import cli
+from relu2.runs import asv_run
+from relu2.measure import sweep  # noqa: E402
+from relu2.records.rows import atomic_write_text, read_csv, write_csv  # noqa: E402
+from relu2.vocab.schema import grid_cells as default_cells  # noqa: E402
+from relu2.measure.sweep import run_resumable  # noqa: E402
+from relu2.measure.timing import Budget  # noqa: E402
 
 FAST = Budget(samples=2, sample_ms=0.1, max_calls=8)
 SIZES = [256, 512, 1024]  # one (dtype, shape) group each

@@ -1,4 +1,4 @@
-"""Figures measured in rounds (relu2.rounds): independent worker processes, merged without losing a fate."""
+"""Figures measured in rounds (relu2.measure.rounds): independent worker processes, merged without losing a fate."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from relu2.measure import CellResult, Outcome
-from relu2.rounds import merge, measure, rounds_from_env
-from relu2.schema import FAILED, OK, SKIPPED, Cell
-from relu2.timing import Timing
+from relu2.measure.cell import CellResult, Outcome
+from relu2.measure.rounds import merge, measure, rounds_from_env
+from relu2.vocab.schema import FAILED, OK, SKIPPED, Cell
+from relu2.measure.timing import Timing
 
 CELL = Cell("fused", "float32", 1024, (1024,))
 
@@ -63,7 +63,7 @@ def test_generated_code_that_differs_between_rounds_fails_the_cell():
 def test_the_same_code_picked_differently_between_rounds_is_measured_and_named_by_its_picks():
     """Seen on the H200: compile_dynamic float32 (1, 4096) picked another launch configuration in one
     of three rounds (same code digits 5d722f, other pick digits)."""
-    from relu2.schema import only_repicked, with_picks
+    from relu2.vocab.schema import only_repicked, with_picks
 
     a, b = "5d722f5c994792e2", "5d722f9b387c92e2"
     merged = merge([_round({"hot": 1e-6}, kernel=a), _round({"hot": 2e-6}, kernel=b), _round({"hot": 1e-6}, kernel=a)])
@@ -89,7 +89,7 @@ def test_rounds_default_to_three_and_are_read_from_the_environment(monkeypatch):
 
 def who_measures(x):
     """relu² that writes down which process ran it and with which compiler caches (in a worker)."""
-    from relu2.reference import relu_squared_reference
+    from relu2.measure.reference import relu_squared_reference
 
     with open(os.environ["RELU2_TEST_WHO"], "a") as f:
         f.write(json.dumps([os.getpid(), os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
@@ -102,7 +102,7 @@ def test_each_round_is_a_fresh_process_sharing_the_first_round_s_compiler_caches
     who = tmp_path / "who"
     monkeypatch.setenv("RELU2_TEST_WHO", str(who))
     temporary_impl("who", who_measures)
-    from relu2.timing import QUICK_BUDGET
+    from relu2.measure.timing import QUICK_BUDGET
 
     cells = [Cell("who", "float32", 1024, (1024,)), Cell("eager", "float32", 1024, (1024,))]
     lines: list[str] = []
@@ -122,7 +122,7 @@ def test_each_round_is_a_fresh_process_sharing_the_first_round_s_compiler_caches
 def test_a_compiled_path_generates_the_same_fingerprinted_kernel_in_every_round():
     """The later rounds generate the code again (inductor's graph cache off) over the first round's
     caches: the fingerprint is the same in each, so the merged cell is measured, not failed."""
-    from relu2.timing import QUICK_BUDGET
+    from relu2.measure.timing import QUICK_BUDGET
 
     cells = [Cell("compile", "float32", 4096, (4096,))]
     done = measure([("suite", cells)], "cpu", 2, budget=QUICK_BUDGET, say=lambda line: None)

@@ -1,4 +1,4 @@
-"""relu2.sweep: the grids, and run_cells' contract (check before timing, failed/skipped with reasons, roofline)."""
+"""relu2.measure.sweep: the grids, and run_cells' contract (check before timing, failed/skipped with reasons, roofline)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import math
 import pytest
 import torch
 
-from relu2.reference import relu_squared_reference
-from relu2 import schema
-from relu2.results import read_csv, write_csv
-from relu2.schema import COLUMN_NAMES as COLUMNS
-from relu2.schema import DEFAULT_SIZES, Cell, bytes_moved, grid_shape, model_cells
-from relu2.schema import MODE_NAMES as MODES
-from relu2.schema import grid_cells as default_cells
-from relu2.sweep import run_cells, run_sweep
-from relu2.timing import Budget
+from relu2.measure.reference import relu_squared_reference
+from relu2.vocab import schema
+from relu2.records.rows import read_csv, write_csv
+from relu2.vocab.schema import COLUMN_NAMES as COLUMNS
+from relu2.vocab.schema import DEFAULT_SIZES, Cell, bytes_moved, grid_shape, model_cells
+from relu2.vocab.schema import MODE_NAMES as MODES
+from relu2.vocab.schema import grid_cells as default_cells
+from relu2.measure.sweep import run_cells, run_sweep
+from relu2.measure.timing import Budget
 
 FAST = Budget(samples=3, sample_ms=0.2, max_calls=16)
 
@@ -192,7 +192,7 @@ def test_compile_compiles_during_the_check_not_the_timing(monkeypatch):
     # not timed: dynamo compiles graphs during the check, and none while a mode is timed.
     from torch._dynamo.utils import counters
 
-    from relu2 import measure
+    from relu2.measure import cell as measure
 
     graphs_while_timed = []
     real = measure.time_fn
@@ -223,8 +223,8 @@ class _Planted:
     """A measurer giving each cell its planted median (compile fp16 1x4096: 400x its neighbours)."""
 
     def measure(self, cell, modes, device, budget):
-        from relu2.measure import CellResult, Outcome
-        from relu2.timing import Timing
+        from relu2.measure.cell import CellResult, Outcome
+        from relu2.measure.timing import Timing
 
         linear = {"eager": 20e-6, "copy": 10e-6}.get(cell.impl, 0.0) * max(1, cell.numel / 16384)
         median = _SERIES[cell.numel] if cell.impl == "compile" else linear
@@ -236,9 +236,9 @@ class _Planted:
 
 
 def test_an_implausible_figure_is_flagged_against_its_neighbours(tmp_path):
-    from relu2.report import format_table
-    from relu2.results import flag_outliers, read_csv, write_csv
-    from relu2.sweep import run_resumable
+    from relu2.show.table import format_table
+    from relu2.records.rows import flag_outliers, read_csv, write_csv
+    from relu2.measure.sweep import run_resumable
 
     cells = schema.grid_cells(["eager", "compile"], ["float16"], sorted(_SERIES))
     rows = run_resumable(cells, ["hot"], "cpu", "box", "abc", tmp_path / "partial.csv", measurer=_Planted())
@@ -257,9 +257,9 @@ def test_an_implausible_figure_is_flagged_against_its_neighbours(tmp_path):
 
 
 def test_an_outlier_is_drawn_as_implausible(tmp_path, monkeypatch):
-    from relu2 import plot
-    from relu2.results import flag_outliers
-    from relu2.sweep import run_cells
+    from relu2.show import plot
+    from relu2.records.rows import flag_outliers
+    from relu2.measure.sweep import run_cells
 
     cells = schema.grid_cells(["eager", "compile"], ["float16"], sorted(_SERIES))
     rows = flag_outliers(run_cells(cells, ["hot"], "cpu", "box", "abc", measurer=_Planted()))

@@ -1,4 +1,4 @@
-"""relu2.timing: the three figures, their statistics, the cache and byte helpers (CPU here, CUDA on a GPU)."""
+"""relu2.measure.timing: the three figures, their statistics, the cache and byte helpers (CPU here, CUDA on a GPU)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from conftest import requires_cuda
-from relu2 import timing
-from relu2.machine import machine_info
-from relu2.reference import relu_squared_reference
-from relu2.inputs import dtype_name, dtype_of
-from relu2.schema import MODE_NAMES, bytes_moved
-from relu2.timing import Budget, Timing, quantile, time_fn
+from relu2.measure import timing
+from relu2.host.machine import machine_info
+from relu2.measure.reference import relu_squared_reference
+from relu2.measure.inputs import dtype_name, dtype_of
+from relu2.vocab.schema import MODE_NAMES, bytes_moved
+from relu2.measure.timing import Budget, Timing, quantile, time_fn
 
 FAST = Budget(samples=5, sample_ms=0.3, max_calls=32)
 

@@ -14,8 +14,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
-from relu2 import asv_run, cli  # noqa: E402
-from relu2.asv_results import ResultsError, resolve_commit  # noqa: E402
+from relu2 import cli
+from relu2.runs import asv_run  # noqa: E402
+from relu2.records.asv_results import ResultsError, resolve_commit  # noqa: E402
 
 
 @pytest.fixture

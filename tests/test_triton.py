@@ -28,9 +28,9 @@ _INTERPRETER_CHECK = """
 import os
 os.environ["TRITON_INTERPRET"] = "1"
 import torch
-from relu2.agreement import compare_bitwise
-from relu2.inputs import agreement_cases, random_input
-from relu2.reference import relu_squared_reference
+from relu2.measure.agreement import compare_bitwise
+from relu2.measure.inputs import agreement_cases, random_input
+from relu2.measure.reference import relu_squared_reference
 from relu2_impls.triton_kernel import _launch
 
 failures = []
@@ -68,8 +68,8 @@ def test_interpreter_agrees_bitwise_on_cpu():
 @pytest.mark.cuda
 @requires_cuda
 def test_gpu_empty_zero_dim_and_strided():
-    from relu2.agreement import compare_bitwise
-    from relu2.reference import relu_squared_reference
+    from relu2.measure.agreement import compare_bitwise
+    from relu2.measure.reference import relu_squared_reference
     from relu2_impls.triton_kernel import relu_squared_triton
 
     assert relu_squared_triton(torch.empty(0, 3, device="cuda")).shape == (0, 3)
@@ -82,8 +82,8 @@ def test_gpu_empty_zero_dim_and_strided():
 @pytest.mark.cuda
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_gpu_runs_on_the_tensors_device_not_the_current_one():
-    from relu2.agreement import compare_bitwise
-    from relu2.reference import relu_squared_reference
+    from relu2.measure.agreement import compare_bitwise
+    from relu2.measure.reference import relu_squared_reference
     from relu2_impls.triton_kernel import relu_squared_triton
 
     x = torch.randn(10_000, device="cuda:1")

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import relu2
-from relu2.agreement import agreement_matrix, compare_bitwise, expected_output
-from relu2.inputs import DTYPES, agreement_cases, random_input
-from relu2.registry import get
-from relu2.report import format_matrix
-from relu2.schema import DTYPES as DTYPE_NAMES
+from relu2.measure.agreement import agreement_matrix, compare_bitwise, expected_output
+from relu2.measure.inputs import DTYPES, agreement_cases, random_input
+from relu2.measure.registry import get
+from relu2.show.table import format_matrix
+from relu2.vocab.schema import DTYPES as DTYPE_NAMES
 
 from conftest import HAS_CUDA
 
@@ -213,9 +213,9 @@ def test_op_passes_opcheck_and_traces():
 @pytest.mark.cuda
 def test_measured_in_every_mode():
     """The timers (CUDA graphs for hot and cold, eager calls for launch) run it; the cell is ok."""
-    from relu2.measure import measure_cell
-    from relu2.schema import Cell
-    from relu2.timing import Budget
+    from relu2.measure.cell import measure_cell
+    from relu2.vocab.schema import Cell
+    from relu2.measure.timing import Budget
 
     result = measure_cell(Cell("vllm_cuda", "bfloat16", 83 * 1856, (83, 1856)), ("hot", "cold", "launch"), "cuda",
                           Budget(samples=3, sample_ms=1.0, max_calls=50))

@@ -1,4 +1,4 @@
-"""One vocabulary (relu2.schema), derived everywhere, importable without torch.
+"""One vocabulary (relu2.vocab.schema), derived everywhere, importable without torch.
 
 The extension tests run in a fresh interpreter that edits only the files the design says a change
 touches (schema.py for a derived metric; schema.py and timing.py for a mode; registry.py and
@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from relu2 import registry, schema
-from relu2.results import Row, make_row, read_csv, write_csv
+from relu2.measure import registry
+from relu2.vocab import schema
+from relu2.records.rows import Row, make_row, read_csv, write_csv
 
 # Makes `import torch` fail, as on a machine where torch is broken or absent.
 NO_TORCH = "import sys; sys.modules['torch'] = None\n"
@@ -44,7 +45,7 @@ def _python(code: str, patch: str = "", timeout: int = 600) -> subprocess.Comple
 
 def test_package_cli_and_suites_import_without_torch():
     _python(patch=NO_TORCH, code="""
-        import relu2, relu2.cli, relu2.schema, relu2.results, relu2.report, relu2.sweep, relu2.machine
+        import relu2, relu2.cli, relu2.vocab.schema, relu2.records.rows, relu2.show.table, relu2.measure.sweep, relu2.host.machine
         import benchmarks.bench_relu2
         assert relu2.__version__
         for argv in (["--help"], ["sweep", "--help"], ["gate", "--help"], ["export", "--help"]):
@@ -74,7 +75,7 @@ def _declared() -> dict[str, str]:
     """This repository's implementations: pyproject.toml's entry points of interface 1."""
     import tomllib
 
-    from relu2.interface import ENTRY_POINT_GROUP
+    from relu2.vocab.interface import ENTRY_POINT_GROUP
 
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
 
@@ -92,7 +93,7 @@ def test_the_instrument_knows_the_measured_package_only_through_interface_1():
     import ast
 
     names = set(_declared()) - {"triton"}  # also the language inductor writes kernels in (relu2 inspect says so)
-    for module in ("schema.py", "cli.py", "explain.py"):
+    for module in ("vocab/schema.py", "cli.py", "show/inspect.py"):
         path = ROOT / "relu2" / module
         assert not names & _literals(path), (module, names & _literals(path))
         imports = {getattr(node, "module", None) or alias.name for node in ast.walk(ast.parse(path.read_text()))
@@ -168,7 +169,7 @@ def test_write_then_read_round_trips(tmp_path):
 
 ADD_METRIC = """
     # the whole change: one Column appended in relu2/schema.py
-    import relu2.schema as s
+    import relu2.vocab.schema as s
     s.COLUMNS = s.COLUMNS + (s.Column("ns_per_element", float, "median per element", unit="ns",
         derive=lambda v: v["median_s"] / v["numel"] * 1e9, default=float("nan"), header="ns/elt",
         format=lambda x: f"{x:.3f}"),)
@@ -182,11 +183,12 @@ def test_adding_a_derived_metric_touches_only_the_schema(tmp_path):
         import math, sys
         sys.path.insert(0, {str(fixtures)!r})
         import asv_fixture as fx
-        from relu2 import asv_results, report
-        from relu2.results import read_csv, write_csv
-        from relu2.schema import grid_cells
-        from relu2.sweep import run_cells
-        from relu2.timing import Budget
+        from relu2.records import asv_results
+        from relu2.show import table as report
+        from relu2.records.rows import read_csv, write_csv
+        from relu2.vocab.schema import grid_cells
+        from relu2.measure.sweep import run_cells
+        from relu2.measure.timing import Budget
 
         rows = run_cells(grid_cells(["eager"], ["float32"], [1024]), ["hot"], "cpu",
                          budget=Budget(samples=2, sample_ms=0.1, max_calls=4))
@@ -202,10 +204,10 @@ def test_adding_a_derived_metric_touches_only_the_schema(tmp_path):
 
 ADD_MODE = """
     # the whole change: a Mode in relu2/schema.py, its timers in relu2/timing.py
-    import relu2.schema as s
+    import relu2.vocab.schema as s
     s.MODES = s.MODES + (s.Mode("warm2", "warm twice", "-.", "hot, timed again", first_asv_version="1"),)
     s.MODE_NAMES = tuple(m.name for m in s.MODES)
-    import relu2.timing as t
+    import relu2.measure.timing as t
     t.TIMERS["cpu"]["warm2"] = t.TIMERS["cpu"]["hot"]
     t.TIMERS["cuda"]["warm2"] = t.TIMERS["cuda"]["hot"]
 """
@@ -215,12 +217,13 @@ ADD_MODE = """
 def test_adding_a_mode_touches_the_schema_and_the_timers(tmp_path):
     _python(patch=ADD_MODE, code=f"""
         from pathlib import Path
-        from relu2 import cli, sweep
-        from relu2.results import read_csv
-        from relu2.timing import Budget
+        from relu2 import cli
+        from relu2.measure import sweep
+        from relu2.records.rows import read_csv
+        from relu2.measure.timing import Budget
         import functools
         sweep.run_resumable = functools.partial(sweep.run_resumable, budget=Budget(samples=2, sample_ms=0.1, max_calls=4))
-        from relu2 import plot
+        from relu2.show import plot
         drawn, legend = [], plot._legend
         plot._legend = lambda fig, impls, modes, *extra: (drawn.append(list(modes)), legend(fig, impls, modes, *extra))[1]
         out = Path({str(tmp_path / 'out')!r})
@@ -238,7 +241,7 @@ def test_adding_a_mode_touches_the_schema_and_the_timers(tmp_path):
 
 CLAMP = '''"""relu² as a clamp: max(x, 0)², a new built-in: this module and its line in pyproject.toml."""
 
-from relu2.interface import Implementation
+from relu2.vocab.interface import Implementation
 
 
 def relu_squared_clamp(x):
@@ -289,9 +292,11 @@ def test_a_builtin_is_added_in_two_files(tmp_path):
         import functools, relu2
         from pathlib import Path
         assert Path(relu2.__file__).is_relative_to({str(checkout)!r})
-        from relu2 import cli, sweep, schema
-        from relu2.results import read_csv
-        from relu2.timing import Budget
+        from relu2 import cli
+        from relu2.measure import sweep
+        from relu2.vocab import schema
+        from relu2.records.rows import read_csv
+        from relu2.measure.timing import Budget
         sweep.run_resumable = functools.partial(sweep.run_resumable, budget=Budget(samples=2, sample_ms=0.1, max_calls=4))
         assert cli.main(["check", "--device", "cpu", "--impl", "clamp", "--dtype", "float32"]) == 0
         assert "clamp" in sweep.default_names()
@@ -308,14 +313,14 @@ def test_a_builtin_is_added_in_two_files(tmp_path):
 
 
 def test_the_status_words_are_literals_only_in_the_schema():
-    """ok/failed/skipped are relu2.schema.OK/FAILED/SKIPPED everywhere else (issue 19)."""
+    """ok/failed/skipped are relu2.vocab.schema.OK/FAILED/SKIPPED everywhere else (issue 19)."""
     import io
     import tokenize
 
     pending: set[str] = set()
     words = {repr(s) for s in schema.STATUSES} | {f'"{s}"' for s in schema.STATUSES}
     found = []
-    for path in sorted((ROOT / "relu2").glob("*.py")):
+    for path in sorted((ROOT / "relu2").rglob("*.py")):
         if path.name == "schema.py" or path.name in pending:
             continue
         tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)

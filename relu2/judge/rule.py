@@ -1,9 +1,9 @@
 """The verdict on two commits' measurements: which cells match, which moved, which vanished.
 
 One rule judges every cell, in both kinds of comparison, and the resolution a report prints is
-simulated with it (``relu2.noise.resolution``):
+simulated with it (``relu2.judge.noise.resolution``):
 
-* **What a cell is** (``relu2.asv_names``): cells are matched by what they measured (their
+* **What a cell is** (``relu2.records.asv_names``): cells are matched by what they measured (their
   parameters), never by asv's layout; a parameter added or removed matches the cells that agree on
   every parameter both sides have; a measurement several suites list is judged once.
 * **The figure** (``move``): cross-box (two results folders) it is the median of a cell's rounds,
@@ -33,23 +33,23 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from relu2.asv_names import Cell
-from relu2.asv_results import Measurement, ResultsError
-from relu2.schema import BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
+from relu2.records.asv_names import Cell
+from relu2.records.asv_results import Measurement, ResultsError
+from relu2.vocab.schema import BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
 TIMING_MODES: tuple[str, ...] = tuple(m.name for m in MODES)
 PEAK_MEMORY_RATIO = 1.01  # deterministic for identical code: any growth past rounding is real
 REFERENCES = (BASELINE, ROOFLINE)  # torch's own kernels: unchanged by any commit, no fingerprint
 MIN_REFERENCES = 5  # reference cells a mode and band needs before its move is taken out
-# Families of implementations whose noise is alike (learned per family, mode and band: relu2.noise).
+# Families of implementations whose noise is alike (learned per family, mode and band: relu2.judge.noise).
 COMPILED = "compiled paths"
 FAMILIES: Mapping[str, str] = {
     BASELINE: "references", ROOFLINE: "references",
     "fused": "fixed kernels", "triton": "fixed kernels", "vllm_cuda": "fixed kernels", "eager_inplace": "fixed kernels",
 }
 FAMILY_NAMES: tuple[str, ...] = ("references", "fixed kernels", COMPILED)
-# Only inductor autotunes here (relu2.compiled): the hand-written kernels have one launch configuration.
+# Only inductor autotunes here (relu2.measure.compiled): the hand-written kernels have one launch configuration.
 AUTOTUNED = (COMPILED,)
 # A repick exemption covers what two picks of one kernel were seen to differ by (the model's
 # repick_bound, learned by relu2 noise learn), never more; this when no model says.
@@ -465,7 +465,7 @@ def spread(base: Iterable[Measurement], head: Iterable[Measurement]) -> list[Spr
     """Per implementation and timing mode, head/base over the cells ok in both.
 
     Run on two measurements of one commit (two boxes) it is the A/A data a noise model is learned from."""
-    from relu2.schema import impl_order
+    from relu2.vocab.schema import impl_order
 
     ratios: dict[tuple[str, str], list[float]] = {}
     for b, h in pairs(list(base), list(head)):

@@ -13,7 +13,7 @@ understands is a format this module understands.  What asv cannot tell us is wha
   parameters fills the rows' ``peak_bytes``;
 * parameter names come from ``benchmarks.json`` (never from a hard-coded module or class name);
   values are the ``repr`` strings asv stores, unquoted;
-* a benchmark name and its parameters are decoded by ``relu2.asv_names`` (the dtype of a token
+* a benchmark name and its parameters are decoded by ``relu2.records.asv_names`` (the dtype of a token
   suite, which records none, included); size comes from ``numel`` (shape ``(numel // 4096, 4096)`` when numel is a whole
   number of 4096-wide rows, else ``(numel,)``) or from ``tokens`` x ``hidden`` (shape ``(tokens, hidden)``);
 * asv stores a failed cell as null and a skipped one (setup raised NotImplementedError) as NaN.
@@ -35,10 +35,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from relu2.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, split, unit_of
-from relu2.results import Row, csv_text, make_row, write_csv, write_stdout
-from relu2.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex
-from relu2.schema import mode as mode_named
+from relu2.records.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, split, unit_of
+from relu2.records.rows import Row, csv_text, make_row, write_csv, write_stdout
+from relu2.vocab.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex
+from relu2.vocab.schema import mode as mode_named
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
@@ -91,7 +91,7 @@ class Record:
 
     @property
     def cell(self) -> Cell:
-        """What it measured (``relu2.asv_names.decode``)."""
+        """What it measured (``relu2.records.asv_names.decode``)."""
         return decode(self.benchmark, self.params, self.unit)
 
     @property
@@ -241,7 +241,7 @@ def quartiles(value: float, stats: dict[str, Any] | None, samples: Sequence[floa
 
 
 def row_of(m: Measurement, copy_median_s: float = math.nan, **side: Any) -> Row:
-    """The tidy row of one timing measurement, through ``relu2.results.make_row`` (``copy_median_s``:
+    """The tidy row of one timing measurement, through ``relu2.records.rows.make_row`` (``copy_median_s``:
     the roofline's figure for the same input and mode; ``side``: measured columns such as ``peak_bytes``)."""
     q25, q75 = m.quartiles
     return make_row(
@@ -449,7 +449,7 @@ def commits(results_dir: str | os.PathLike, machine: str | None = None) -> list[
     Commits that tie on date (one-second resolution) are ordered by the git graph of the checkout
     that holds ``results_dir``, then by hash: the same order wherever the command runs.
     """
-    from relu2.machine import git_order, repo_of
+    from relu2.host.machine import git_order, repo_of
 
     dates = commit_dates(results_dir, machine)
     order = git_order(dates, repo_of(results_dir))
@@ -462,7 +462,7 @@ def resolve_commit(results_dir: str | os.PathLike, ref: str, machine: str | None
     ``ref`` is a hash or a unique prefix of one, or any git ref (``main~1``, ``HEAD``, a tag or a
     branch) of the checkout that holds ``results_dir``.
     """
-    from relu2.machine import git_resolve, repo_of
+    from relu2.host.machine import git_resolve, repo_of
 
     wanted = ref.strip()
     if not wanted:

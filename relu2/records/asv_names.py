@@ -4,7 +4,7 @@ The suites (``benchmarks/bench_relu2.py``) are named ``bench_relu2.<Suite>.track
 
 * ``Grid`` takes ``(impl, dtype, numel)``; the token suites (``ModelShapes``, ``VllmShapes``,
   ``Nemotron``, ``WarmupOrder``) take ``(impl, tokens, hidden)`` and time one dtype each, which asv
-  never records (no dtype parameter): it is decoded from the suite's dtype in ``relu2.schema``
+  never records (no dtype parameter): it is decoded from the suite's dtype in ``relu2.vocab.schema``
   (``SUITE_DTYPES``), so a bfloat16 suite and a float16 one can never be read as one another;
 * ``<measure>`` is a timing mode (``hot``), ``kernel`` (the fingerprint), ``peak_memory``, or, in
   ``Implementations`` (no parameters), an implementation's name: its ``summary`` figure.
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from relu2.schema import MODE_NAMES, MODEL_DTYPE, NEMOTRON_DTYPE, VLLM_DTYPE, bytes_moved, geometry
+from relu2.vocab.schema import MODE_NAMES, MODEL_DTYPE, NEMOTRON_DTYPE, VLLM_DTYPE, bytes_moved, geometry
 
 MODULE = "bench_relu2"
 # The dtype each token suite times (its class attribute ``dtype`` is the same constant; a test checks).

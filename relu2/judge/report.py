@@ -1,5 +1,5 @@
 """What the gate found, rendered: plain text, a pull-request comment (markdown) and JSON (stable keys,
-docs/tracking.md).  Figures are written with relu2.schema's formatters."""
+docs/tracking.md).  Figures are written with relu2.vocab.schema's formatters."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from relu2.schema import FAILED, format_bytes, format_seconds
-from relu2.verdict import Change, Spread
+from relu2.vocab.schema import FAILED, format_bytes, format_seconds
+from relu2.judge.rule import Change, Spread
 
 REPICKED_WHY = ("the same generated code; autotuning picked another launch configuration on this box: "
                 "not a slowdown of the same kernel, reported, never failing")
@@ -307,7 +307,7 @@ def _detectable(r: Resolution) -> str:
 
 
 def format_value(value: float | None, unit: str) -> str:
-    """A figure in a readable unit (relu2.schema's formatters); "failed"/"n/a" when there is none."""
+    """A figure in a readable unit (relu2.vocab.schema's formatters); "failed"/"n/a" when there is none."""
     if value is None:
         return FAILED
     if math.isnan(value):

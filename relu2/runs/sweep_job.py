@@ -1,12 +1,12 @@
 """One ``relu2 sweep`` into one folder: the plan of cells, the lock, the measurer, Ctrl-C, the CSV and plots.
 
-``relu2.sweep`` is the grid engine (check then time each cell, checkpointed input by input); this
+``relu2.measure.sweep`` is the grid engine (check then time each cell, checkpointed input by input); this
 module is the job around it that the command line asks for.  Input is refused (UsageError) before
 anything is written: an implementation named that cannot run here, a bad ``$RELU2_TIMEOUT``, an
 input too large for the device.  A finished, failed or interrupted job leaves no lock file.
 
 Exit codes as the command line's: 0 every figure ok, 1 a figure failed, 130 interrupted (every
-process of the sweep ended, ``relu2.lifecycle``).
+process of the sweep ended, ``relu2.host.lifecycle``).
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from relu2 import schema
-from relu2.schema import Cell
+from relu2.vocab import schema
+from relu2.vocab.schema import Cell
 
 if TYPE_CHECKING:
-    from relu2.sweep import Measurer
+    from relu2.measure.sweep import Measurer
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,14 @@ class Plan:
     timeout_s: float
     isolate: bool = True
     progress: bool = True
-    require_idle: bool = False  # refuse to measure on a machine that is not quiet (relu2.quiet)
+    require_idle: bool = False  # refuse to measure on a machine that is not quiet (relu2.host.busy)
 
 
 def implementations(asked: Sequence[str] | None, known: Sequence[str], default: Sequence[str] | None = None
                     ) -> list[str]:
     """The implementations to sweep (``default``, else every ``known`` one, when none are asked for),
     roofline last; UsageError naming an unknown one."""
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     names = list(asked or (known if default is None else default))
     unknown = [n for n in names if n not in known]
@@ -59,7 +59,7 @@ def implementations(asked: Sequence[str] | None, known: Sequence[str], default: 
 def plan_cells(names: Sequence[str], dtypes: Sequence[str], sizes: Sequence[int], *, grid: bool = True,
                model_shapes: bool = False, vllm_shapes: bool = False, nemotron: bool = False) -> list[Cell]:
     """The grid (unless ``grid`` is False) plus the model-shape sets asked for; UsageError when empty."""
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     cells = schema.grid_cells(names, dtypes, sizes) if grid else []
     if model_shapes:
@@ -75,9 +75,12 @@ def plan_cells(names: Sequence[str], dtypes: Sequence[str], sizes: Sequence[int]
 
 def run(plan: Plan) -> int:
     """Measure ``plan`` into ``plan.out``: CSV, table and plots; 0, or 1 (a figure failed).  Interrupted,
-    it ends the sweep's processes, says what it kept and raises ``relu2.lifecycle.Interrupted`` (130)."""
-    from relu2 import lifecycle, machine, quiet, sweep
-    from relu2.timing import Budget
+    it ends the sweep's processes, says what it kept and raises ``relu2.host.lifecycle.Interrupted`` (130)."""
+    from relu2.host import lifecycle
+    from relu2.host import machine
+    from relu2.host import busy as quiet
+    from relu2.measure import sweep
+    from relu2.measure.timing import Budget
 
     sweep.check_fits(plan.cells, plan.device)  # UsageError before anything runs
     budget = Budget(samples=plan.samples, sample_ms=plan.sample_ms)
@@ -104,7 +107,7 @@ def run(plan: Plan) -> int:
 
 def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> None:
     """UsageError when an implementation asked for by name cannot run here (a broken one runs and fails)."""
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     ready = {n: measurer.ready(n) for n in named}
     absent = {n: r.why_not(device) for n, r in ready.items() if r is not None and not r.broken and r.why_not(device)}
@@ -115,9 +118,10 @@ def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> No
 def finish(rows: list, out: Path, partial: Path) -> int:
     """Write the CSV, print the table, draw the plots (saying which were not drawn and why), then drop
     the checkpoint; 1 when a figure failed."""
-    from relu2 import machine, plot
-    from relu2.report import format_table
-    from relu2.results import write_csv
+    from relu2.host import machine
+    from relu2.show import plot
+    from relu2.show.table import format_table
+    from relu2.records.rows import write_csv
 
     write_csv(rows, out / "sweep.csv")
     print(format_table(rows))

@@ -99,8 +99,8 @@ def device_memory_bytes(device: str) -> int:
 
 def other_gpu_processes(own_pids: set[int]) -> list[str]:
     """"pid N NAME, M MiB" of each compute process on the GPUs that is not ours; [] when none or unknowable
-    (``relu2.quiet`` reads nvidia-smi's listing)."""
-    from relu2.quiet import gpu_apps
+    (``relu2.host.busy`` reads nvidia-smi's listing)."""
+    from relu2.host.busy import gpu_apps
 
     return [a.describe() for a in gpu_apps() or [] if a.pid not in own_pids]
 
@@ -221,6 +221,6 @@ def machine_info() -> dict[str, str]:
         "torch": torch.__version__,
         # nightly and ROCm builds ship triton under another distribution name
         "triton": _distribution_version("triton", "pytorch-triton", "pytorch-triton-rocm"),
-        # the gate's noise bands are in multiples of the L2 (relu2.noise): recorded so no table is needed
+        # the gate's noise bands are in multiples of the L2 (relu2.judge.noise): recorded so no table is needed
         "l2_bytes": str(torch.cuda.get_device_properties(0).L2_cache_size) if cuda else "none",
     }

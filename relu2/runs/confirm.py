@@ -8,13 +8,13 @@ neither side always runs first on a warm or a cold box).  Each round's median is
 between-process spread the noise model is about; ``relu2 gate --confirmed FILE`` fails only on the
 cells that are slower again.
 
-It is ``relu2 compare``'s mechanism (``relu2.compare``: the sides built from worktrees, one
+It is ``relu2 compare``'s mechanism (``relu2.runs.compare``: the sides built from worktrees, one
 instrument, ABBA rounds of fresh processes) on the flagged cells only, with ``--rounds`` as many as
 asked.  Before any round, it refuses (exit 2, one line) a cell neither side can measure here: an
 implementation a commit does not have, one that cannot run on this device (triton on a CPU), a
 dtype the instrument does not time.
 
-Output (``--out``, JSON): relu2.verdict's ``Remeasurement`` contract, ``{"base": sha, "head": sha,
+Output (``--out``, JSON): relu2.judge.rule's ``Remeasurement`` contract, ``{"base": sha, "head": sha,
 "machine": str, "device": str, "rounds": int, "order": [side per process], "cells": [{"benchmark", "params", "base_rounds": [seconds per
 round], "head_rounds": [...], "impl", "dtype", "shape", "mode", "base_status", "head_status"}]}``;
 ``benchmark`` and ``params`` are the gate report's (empty for a cell named with ``--cell``).
@@ -29,9 +29,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from relu2.schema import DTYPES, MODE_NAMES, OK, SKIPPED, Cell, parse_shape
+from relu2.vocab.schema import DTYPES, MODE_NAMES, OK, SKIPPED, Cell, parse_shape
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
-from relu2.schema import MIN_ROUNDS as DEFAULT_ROUNDS
+from relu2.vocab.schema import MIN_ROUNDS as DEFAULT_ROUNDS
 
 # A confirmation measures a few flagged cells, not the suites: twice a compare's rounds cost little.
 CONFIRM_ROUNDS = 2 * DEFAULT_ROUNDS
@@ -94,8 +94,8 @@ def parse_target(text: str) -> Target:
 def targets_from_gate(report: dict) -> list[Target]:
     """The flagged cells of ``relu2 gate --format json``'s report: its regressions, one target per
     measurement (a cell listed by several suites once)."""
-    from relu2.asv_names import suite_dtype
-    from relu2.schema import geometry
+    from relu2.records.asv_names import suite_dtype
+    from relu2.vocab.schema import geometry
 
     out: dict[tuple, Target] = {}
     for change in report.get("regressions", []):
@@ -119,7 +119,7 @@ def not_cells_in_gate(report: dict) -> list[str]:
 
 def _cell_mode(change: dict) -> str | None:
     """The timing mode of a flagged change of a gate report that is one cell (None: it is not one)."""
-    from relu2.asv_names import measure_of
+    from relu2.records.asv_names import measure_of
 
     mode = measure_of(change["benchmark"], change.get("unit"))
     return mode if mode in MODE_NAMES and "impl" in change["params"] else None
@@ -136,8 +136,8 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
     UsageError before any round when a side cannot run a target's implementation on ``device``."""
     import socket
 
-    from relu2 import compare
-    from relu2.machine import UsageError, default_device
+    from relu2.runs import compare
+    from relu2.host.machine import UsageError, default_device
 
     device = device or default_device()
     say = compare._stderr if progress else (lambda line: None)
@@ -171,7 +171,7 @@ def _key_of(t: Target) -> tuple:
 
 
 def _take_round(results: dict[tuple, Confirmed], side: str, got: dict) -> None:
-    """One round of one side (a pickled ``relu2.rounds.measure`` of the cells) into ``results``."""
+    """One round of one side (a pickled ``relu2.measure.rounds.measure`` of the cells) into ``results``."""
     by_cell = {(r.cell.impl, r.cell.dtype, r.cell.shape_str): r for r in got.get("results", [])}
     for (impl, dtype, shape, mode), entry in results.items():
         result = by_cell.get((impl, dtype, shape))
@@ -191,7 +191,7 @@ def not_measured(report: dict) -> list[str]:
 
 def format_confirmation(report: dict) -> str:
     """One line per target: the medians over rounds and their ratio."""
-    from relu2.schema import format_seconds
+    from relu2.vocab.schema import format_seconds
 
     lines = [f"base {report['base'][:8]}  head {report['head'][:8]}  {report['rounds']} rounds on {report['device']}"]
     for c in report["cells"]:

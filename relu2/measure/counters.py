@@ -9,7 +9,7 @@ and how; ``COUNTERS`` marks them.
 
 How a cell is counted.  One child process measures every cell asked for under ``ncu
 --profile-from-start off``: each implementation is warmed up outside the profiled ranges (its
-compile, its agreement check: what a timing is preceded by, ``relu2.measure.prepare_and_check``),
+compile, its agreement check: what a timing is preceded by, ``relu2.measure.cell.prepare_and_check``),
 then each launch of a cell runs in a profiled range of its own, opened by a marker kernel (torch's
 ``spin_kernel``, which no implementation launches): the kernels ncu lists between two markers are
 that launch's.  Inputs are seeded, so every run counts the same values.
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from relu2.schema import FAILED, Cell
+from relu2.vocab.schema import FAILED, Cell
 
 # --- the vocabulary ---------------------------------------------------------------------------------
 
@@ -264,7 +264,7 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0) -
         command = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "application-only",
                    "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(METRICS),
                    "--log-file", str(log),
-                   sys.executable, "-m", "relu2.counters", str(plan), str(done)]
+                   sys.executable, "-m", "relu2.measure.counters", str(plan), str(done)]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
         raw = log.read_text() if log.exists() else ""
         if '"ID",' not in raw:  # an ncu that prints its CSV to stdout despite --log-file
@@ -303,10 +303,10 @@ SEED = 20261203
 def _child(plan_path: str, done_path: str) -> int:
     import torch
 
-    from relu2.agreement import AgreementError
-    from relu2.inputs import dtype_of, random_input
-    from relu2.measure import describe, free_memory, prepare_and_check
-    from relu2.registry import get
+    from relu2.measure.agreement import AgreementError
+    from relu2.measure.inputs import dtype_of, random_input
+    from relu2.measure.cell import describe, free_memory, prepare_and_check
+    from relu2.measure.registry import get
 
     plan = json.loads(Path(plan_path).read_text())
     launches = int(plan["launches"])

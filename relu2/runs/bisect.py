@@ -11,7 +11,7 @@ each cell gets one of three answers:
   unknown answer measures ``MIN_ROUNDS`` more rounds, up to the budget of rounds a step may take;
   a probe still unknown then is skipped for that cell, as an unmeasurable commit is.
 
-"Moved" is the paired rule ``pair``: the paired verdict's move (``relu2.verdict.move``: round i of
+"Moved" is the paired rule ``pair``: the paired verdict's move (``relu2.judge.rule.move``: round i of
 one side against the rounds around i of the other, so a box that speeds up or slows down as a whole
 cancels) beyond the cell's factor, and more than three quarters of the rounds on that side.  A cell's
 factor is the same-box noise model's threshold for its family, mode and band on this machine's GPU
@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 try:  # the gate's vocabulary, torch- and judge-free, so that building --help imports no judging module
-    from relu2.schema import MIN_ROUNDS
+    from relu2.vocab.schema import MIN_ROUNDS
 except ImportError:  # before the judging wing moved it there
-    from relu2.verdict import MIN_ROUNDS
-from relu2.schema import OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
+    from relu2.judge.rule import MIN_ROUNDS
+from relu2.vocab.schema import OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
 
 STATE_FORMAT = 1
 DEFAULT_FACTOR = 1.2  # a step of 1.5x is found on a shared 2-core CPU; a noise model's per-cell ratio is finer
@@ -63,7 +63,7 @@ SLOWER, FASTER, SAME, UNCLEAR = 1, -1, 0, None
 
 def pair(a: Sequence[float], b: Sequence[float], factor: float) -> int | None:
     """How ``b`` compares with ``a``, round i of one measured beside round i of the other: SLOWER or
-    FASTER when the paired verdict's move (``relu2.verdict.move``: the median over rounds of
+    FASTER when the paired verdict's move (``relu2.judge.rule.move``: the median over rounds of
     log(b_i / median(a_{i-1..i+1}))) is beyond ``factor`` (either way) and more than three quarters
     of the rounds' b_i / a_i lie on that side of 1; SAME when the move is within ``factor``; UNCLEAR
     otherwise (the move says moved, the rounds disagree), and with fewer than MIN_ROUNDS pairs."""
@@ -86,7 +86,7 @@ def _kept(a: Sequence[float], b: Sequence[float]) -> list[tuple[float, float]]:
 
 def paired_move(a: Sequence[float], b: Sequence[float]) -> float:
     """The factor ``pair`` judges: exp of the paired verdict's move of ``b`` from ``a`` (nan without pairs)."""
-    from relu2.verdict import Figure, move
+    from relu2.judge.rule import Figure, move
 
     kept = _kept(a, b)
     if not kept:
@@ -361,7 +361,7 @@ class Plan:
 def load_steps(plan: Plan, state: Path | None) -> list[Step]:
     """The steps of an earlier run of the same search from ``state`` ([] when there is none);
     UsageError when the file holds another search, or is not a state file."""
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     if state is None or not state.exists():
         return []
@@ -381,7 +381,7 @@ def load_steps(plan: Plan, state: Path | None) -> list[Step]:
 def save_steps(plan: Plan, steps: Sequence[Step], state: Path | None) -> None:
     if state is None:
         return
-    from relu2.results import atomic_write_text
+    from relu2.records.rows import atomic_write_text
 
     atomic_write_text(state, json.dumps({"format": STATE_FORMAT, **asdict(plan), "steps": [asdict(s) for s in steps]},
                                         indent=1, allow_nan=True) + "\n")
@@ -402,7 +402,7 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
             cells, rounds = measure_step(oracle, sides, plan.cells, lambda cell, f: reproduced(f[0], f[1], plan.factor_of(cell)),
                                          plan.budget)
         except Unmeasurable as e:
-            from relu2.machine import UsageError
+            from relu2.host.machine import UsageError
 
             raise UsageError(f"GOOD or BAD cannot be measured: {e}") from None
         steps.append(Step(0, last, plan.commits[last], rounds, time.monotonic() - started, cells=cells))
@@ -452,7 +452,7 @@ def cell_name(target) -> str:
 def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
     """GOOD, then the first-parent commits after it up to BAD (full hashes); UsageError when GOOD is
     not an ancestor of BAD, or is BAD."""
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     good_sha, bad_sha = resolve(repo, good), resolve(repo, bad)
     if good_sha == bad_sha:
@@ -465,7 +465,7 @@ def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
 
 def resolve(repo: Path, ref: str) -> str:
     """The full hash of the commit ``ref`` names in ``repo``; UsageError in one line when none."""
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     run = _run_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     if run.returncode != 0 or not ref or ref.startswith("-"):
@@ -504,11 +504,11 @@ def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Or
     commits, this checkout's instrument, interleaved rounds of a fresh process per side): step 0 one
     comparison, GOOD beside BAD; a probe two, GOOD beside it and it beside BAD.  A probe that does not
     declare the interface or does not build is Unmeasurable."""
-    from relu2.asv_run import declared_implementations
-    from relu2.machine import UsageError
+    from relu2.runs.asv_run import declared_implementations
+    from relu2.host.machine import UsageError
 
     def compared(base: str, head: str, cells: Sequence[str], rounds: int) -> dict[str, tuple]:
-        from relu2 import confirm
+        from relu2.runs import confirm
 
         report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False)
         by_key = {f"{c['impl']}:{c['dtype']}:{c['shape']}:{c['mode']}": c for c in report["cells"]}
@@ -591,9 +591,9 @@ def model_factors(targets: Mapping[str, object], gpu: str) -> dict[str, float]:
     by); a cell whose group the model lacks (or a GPU without a same-box model) is left out."""
     import math
 
-    from relu2 import noise
-    from relu2.schema import band_of
-    from relu2.verdict import family_of
+    from relu2.judge import noise
+    from relu2.vocab.schema import band_of
+    from relu2.judge.rule import family_of
 
     model = noise.model_for(noise.load_models(), gpu, noise.SAME_BOX)
     if model is None:
@@ -618,7 +618,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
     plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor or DEFAULT_FACTOR, budget, factors)
     state = state or default_state(repo, plan.commits, plan.cells)
     steps = load_steps(plan, state)
-    from relu2.outputs import claim_file
+    from relu2.host.outputs import claim_file
 
     # Written after every step: a state file that cannot be written is refused before step 0, and one
     # that is not this search's own is never replaced (load_steps refused another search's already).
@@ -635,7 +635,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
 
 def _gpu(device: str) -> str:
     """The GPU model a noise model is learned for: the device's name, "none" on the CPU."""
-    from relu2.machine import gpu_name
+    from relu2.host.machine import gpu_name
 
     return gpu_name() if device == "cuda" else "none"
 
@@ -652,7 +652,7 @@ def _rule(plan: Plan) -> str:
 
 def format_text(report: Report) -> str:
     """The answer per cell (the culprit with its figures and its parent's, or the range), then the steps."""
-    from relu2.schema import format_seconds
+    from relu2.vocab.schema import format_seconds
 
     commits, names = report.plan.commits, report.subjects
     index = {c: i for i, c in enumerate(commits)}

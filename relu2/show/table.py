@@ -1,6 +1,6 @@
 """What the commands print: the sweep's table and the agreement matrix, readable in a terminal.
 
-The table's figure columns are the ``relu2.schema.COLUMNS`` that have a ``header``; speed-up over the
+The table's figure columns are the ``relu2.vocab.schema.COLUMNS`` that have a ``header``; speed-up over the
 baseline is computed here, across rows.
 """
 
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
-from relu2.schema import BASELINE, COLUMNS, FLAG_DOCS, OK
+from relu2.vocab.schema import BASELINE, COLUMNS, FLAG_DOCS, OK
 
 if TYPE_CHECKING:
-    from relu2.agreement import Matrix
-    from relu2.results import Row
+    from relu2.measure.agreement import Matrix
+    from relu2.records.rows import Row
 
 __all__ = ["format_matrix", "format_table", "speedups"]
 
@@ -56,7 +56,7 @@ def format_table(rows: Iterable["Row"]) -> str:
         seen_flags.update(f for f in r.flags.split(";") if f)
         lines.append(f"{left}{figures}{ratio:>{_WIDTH}}{flags}")
     for flag in sorted(seen_flags):
-        lines.append(f"! {flag}: {FLAG_DOCS.get(flag, 'see relu2.schema.FLAG_DOCS')}")
+        lines.append(f"! {flag}: {FLAG_DOCS.get(flag, 'see relu2.vocab.schema.FLAG_DOCS')}")
     return "\n".join(lines)
 
 

@@ -1,11 +1,11 @@
 """The regression gate: two commits' recorded figures in, one verdict out.
 
 ``asv compare`` always exits 0 and ``asv continuous`` exits 2 without a word when any benchmark
-failed, so the gate is this small layer over the decoded measurements (``relu2.asv_results``):
+failed, so the gate is this small layer over the decoded measurements (``relu2.records.asv_results``):
 
-* ``relu2.verdict``: the rule (one, for both kinds of comparison) and the sorting of cells;
-* ``relu2.noise``: the thresholds, per implementation family, mode and band, per GPU model and kind;
-* ``relu2.gate_report``: the text, markdown and JSON renderings.
+* ``relu2.judge.rule``: the rule (one, for both kinds of comparison) and the sorting of cells;
+* ``relu2.judge.noise``: the thresholds, per implementation family, mode and band, per GPU model and kind;
+* ``relu2.judge.report``: the text, markdown and JSON renderings.
 
 Two kinds of comparison: ``gate`` (two commits in results folders: cross-box, medians of rounds)
 and ``gate_compare`` (a compare folder, base and head measured side by side on one box: paired
@@ -36,15 +36,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
-from relu2 import noise
-from relu2.asv_results import Measurement, ResultsError, box_of, commit_dates, iso_date, load_measurements, \
+from relu2.judge import noise
+from relu2.records.asv_results import Measurement, ResultsError, box_of, commit_dates, iso_date, load_measurements, \
     machine_info, machines, resolve_commit
-from relu2.gate_report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, format_spread, format_value  # noqa: F401
-from relu2.machine import is_cpu_machine
-from relu2.noise import NoiseModel
-from relu2.schema import OK
-from relu2.asv_names import MODULE, SUMMARY, Cell, decode
-from relu2.verdict import GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
+from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, format_spread, format_value  # noqa: F401
+from relu2.host.machine import is_cpu_machine
+from relu2.judge.noise import NoiseModel
+from relu2.vocab.schema import OK
+from relu2.records.asv_names import MODULE, SUMMARY, Cell, decode
+from relu2.judge.rule import GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
     family_of, read_remeasurement, spread
 
 UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, not gated"
@@ -74,7 +74,7 @@ def pick_machine(results_dir: str | os.PathLike, machine: str | None) -> str:
     except ResultsError as e:
         raise GateInputError(str(e)) from None
     if machine is not None:
-        from relu2.asv_results import machine_folder
+        from relu2.records.asv_results import machine_folder
 
         folder = machine_folder(Path(results_dir), machine)
         if folder is None or not any(p.name not in ("machine.json",) for p in folder.glob("*.json")):
@@ -694,7 +694,7 @@ def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
 
 
 def _flags(moved: float, base_s: float, rule: Rule, factor: float) -> bool:
-    from relu2.verdict import Figure, is_slower
+    from relu2.judge.rule import Figure, is_slower
 
     return is_slower(Figure(base_s), Figure(base_s * math.exp(moved) * factor), rule)
 

@@ -1,6 +1,6 @@
 """The tidy result row shared by ``relu2 sweep``, ``relu2 export``, the plots and the gate, and its CSV file.
 
-``Row`` is generated from ``relu2.schema.COLUMNS``, and ``make_row`` is the one place a row is built:
+``Row`` is generated from ``relu2.vocab.schema.COLUMNS``, and ``make_row`` is the one place a row is built:
 the sweep and the asv reader both call it, so a derived metric is computed the same way for both.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import asdict, field, make_dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from relu2.schema import COLUMN_NAMES, COLUMNS, OK, OUTLIER, OUTLIER_FACTOR, ROOFLINE, derive
+from relu2.vocab.schema import COLUMN_NAMES, COLUMNS, OK, OUTLIER, OUTLIER_FACTOR, ROOFLINE, derive
 
 Row = make_dataclass(
     "Row",
@@ -25,7 +25,7 @@ Row = make_dataclass(
 )
 Row.__module__ = __name__
 Row.__doc__ = ("One figure: one implementation on one input in one timing mode, on one machine at one commit. "
-               "Fields are relu2.schema.COLUMNS; times are seconds; a failed or skipped figure has NaN times "
+               "Fields are relu2.vocab.schema.COLUMNS; times are seconds; a failed or skipped figure has NaN times "
                "and the reason.")
 
 _NAN = float("nan")
@@ -44,7 +44,7 @@ def make_row(
     status: str, reason: str = "", median_s: float = _NAN, q25_s: float = _NAN, q75_s: float = _NAN,
     copy_median_s: float = _NAN, **measured: Any,
 ) -> Row:
-    """A Row from what was measured; every derived column comes from ``relu2.schema.derive``.
+    """A Row from what was measured; every derived column comes from ``relu2.vocab.schema.derive``.
 
     ``copy_median_s`` is the roofline's median for the same input and mode in the same run (NaN
     when there is none).  ``measured`` holds optional measured columns (``peak_bytes``).
@@ -60,7 +60,7 @@ def make_row(
 
 
 def flag_outliers(rows: Iterable[Row]) -> list[Row]:
-    """``rows`` with the ``outlier`` flag (``relu2.schema.OUTLIER``) set where it holds and cleared
+    """``rows`` with the ``outlier`` flag (``relu2.vocab.schema.OUTLIER``) set where it holds and cleared
     where it does not, judged within each machine, commit, implementation, dtype and mode.
 
     The one place the flag is computed: every set of rows passes here (the sweep's rows, every CSV

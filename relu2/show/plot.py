@@ -1,4 +1,4 @@
-"""Plots of tidy result rows (``relu2.results.Row``): latency, bandwidth, speed-up and history.
+"""Plots of tidy result rows (``relu2.records.rows.Row``): latency, bandwidth, speed-up and history.
 
 Every figure is written twice, PNG (150 dpi) and SVG, atomically (saved to a temporary file in the
 target folder, then renamed).  Only rows with status "ok" are drawn; failed and skipped figures are
@@ -6,7 +6,7 @@ left out (the history plot marks them on the axis).  The size plots use the grid
 ``(numel // 4096, 4096)`` or ``(numel,)``): model-shape rows sit at other sizes and would zig-zag
 the lines; when there are no grid rows, all rows are used.
 
-Styles come from ``relu2.schema``: colour and marker per implementation, line style per timing
+Styles come from ``relu2.vocab.schema``: colour and marker per implementation, line style per timing
 mode.  Legends sit outside the axes.
 """
 
@@ -26,11 +26,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from relu2.results import Row, atomic_write_text  # noqa: E402
-from relu2.schema import OK, STATUSES  # noqa: E402
-from relu2.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape, parse_shape  # noqa: E402
-from relu2 import schema  # noqa: E402  (read at call time: the modes are the schema's MODES)
-from relu2.schema import mode as mode_of  # noqa: E402
+from relu2.records.rows import Row, atomic_write_text  # noqa: E402
+from relu2.vocab.schema import OK, STATUSES  # noqa: E402
+from relu2.vocab.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape, parse_shape  # noqa: E402
+from relu2.vocab import schema  # noqa: E402  (read at call time: the modes are the schema's MODES)
+from relu2.vocab.schema import mode as mode_of  # noqa: E402
 
 DPI = 150
 
@@ -65,7 +65,7 @@ def latest_commit(rows: Sequence[Row]) -> tuple[str, str]:
 
 def select_commit(rows: Sequence[Row], commit: str | None = None, machine: str | None = None) -> list[Row]:
     """The rows of one machine at one commit: ``commit`` (a prefix) or the latest; ValueError when none match."""
-    from relu2.machine import UsageError
+    from relu2.host.machine import UsageError
 
     rows = [r for r in rows if machine is None or r.machine == machine]
     if commit:
@@ -199,7 +199,7 @@ def _draw_lines(ax, rows: Sequence[Row], modes: Sequence[str], value: Callable[[
                 band: Callable[[Row], tuple[float, float]] | None = None, skip: Iterable[str] = (),
                 among: Iterable[str] = ()) -> None:
     """One line per implementation and mode; ``among``: every implementation of the figure, so that a
-    panel's lines have the legend's styles (``relu2.schema.impl_style``)."""
+    panel's lines have the legend's styles (``relu2.vocab.schema.impl_style``)."""
     among = tuple(among) or tuple(r.impl for r in rows)
     for impl in impl_order(r.impl for r in rows):
         if impl in skip:
@@ -217,7 +217,7 @@ def _draw_lines(ax, rows: Sequence[Row], modes: Sequence[str], value: Callable[[
                 ax.fill_between(xs, [b[0] for b in lo_hi], [b[1] for b in lo_hi], color=colour, alpha=0.18,
                                 linewidth=0)
             flagged = [p for p in pts if p[2].flags]
-            if flagged:  # implausible figures (relu2.schema.FLAG_DOCS) are marked, never hidden
+            if flagged:  # implausible figures (relu2.vocab.schema.FLAG_DOCS) are marked, never hidden
                 ax.scatter([p[0] for p in flagged], [p[1] for p in flagged], **FLAG_MARK)
 
 
@@ -248,7 +248,7 @@ def speedup_ticks(lo: float, hi: float) -> list[float]:
 
 
 def kernel_modes() -> tuple[str, ...]:
-    """The modes whose figure is the kernel's own time (``relu2.schema.Mode.kernel_time``): the latency
+    """The modes whose figure is the kernel's own time (``relu2.vocab.schema.Mode.kernel_time``): the latency
     and bandwidth plots' lines; a mode with host overhead would read as a slower kernel there."""
     return tuple(m.name for m in schema.MODES if m.kernel_time)
 
@@ -349,7 +349,7 @@ def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Seque
 
 def speedups(rows: Sequence[Row]) -> list[tuple[Row, float]]:
     """``(row, baseline median ÷ row median)`` for every ok non-baseline row whose baseline twin is ok."""
-    from relu2.report import speedups as by_id
+    from relu2.show.table import speedups as by_id
 
     rows = ok_rows(rows)
     ratio = by_id(rows)
@@ -485,7 +485,7 @@ def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: s
         return []
     machine = max(groups(cell, "machine").items(), key=lambda kv: len(kv[1]))[0][0]
     cell = [r for r in cell if r.machine == machine]
-    from relu2.machine import git_order
+    from relu2.host.machine import git_order
 
     order = git_order({r.commit for r in cell}, repo)  # same-second commits: the repo's graph decides
     cell.sort(key=lambda r: (r.date, order.get(r.commit, -1), r.commit))

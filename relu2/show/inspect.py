@@ -11,9 +11,9 @@ gets (``Implementation.prepare``):
   SASS of the fused extension (``ld.global.v4.b32`` is a 128-bit vector; ``ld.global.b16`` a 16-bit
   scalar), which is what separates a kernel at the copy roofline from one at a fraction of it.
 
-Everything compiled here goes to private, empty caches (``relu2.isolation.private_caches``, as in a
+Everything compiled here goes to private, empty caches (``relu2.measure.isolation.private_caches``, as in a
 measurement's worker), so the PTX found in them is exactly what this process compiled; the warm-up,
-agreement and fingerprint are ``relu2.measure.prepare_and_check``, a measurement's own steps.
+agreement and fingerprint are ``relu2.measure.cell.prepare_and_check``, a measurement's own steps.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from relu2.schema import format_shape
+from relu2.vocab.schema import format_shape
 
 # ld.global.v4.b32, st.global.b16, ld.global.nc.L1::evict_last.v2.u32 ...
 _PTX_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)+)")
@@ -116,7 +116,7 @@ class Explanation:
 
 def explain(name: str, dtype: str, shape: tuple[int, ...], device: str) -> Explanation:
     """Run ``name`` once on a fresh (dtype, shape) input as a measurement would, and say what ran."""
-    from relu2.isolation import private_caches
+    from relu2.measure.isolation import private_caches
 
     with private_caches("relu2-inspect-") as caches:
         return _explain(name, dtype, shape, device, caches)
@@ -127,15 +127,15 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
 
     import torch
 
-    from relu2.agreement import AgreementError
-    from relu2.compiled import Compiled
-    from relu2.measure import fresh_input, prepare_and_check
-    from relu2.registry import get
-    from relu2.schema import Cell
+    from relu2.measure.agreement import AgreementError
+    from relu2.measure.compiled import Compiled
+    from relu2.measure.cell import fresh_input, prepare_and_check
+    from relu2.measure.registry import get
+    from relu2.vocab.schema import Cell
 
     impl = get(name)
     if not impl.supports(device):
-        from relu2.machine import UsageError
+        from relu2.host.machine import UsageError
 
         raise UsageError(f"{name} cannot run on {device}: {impl.why_not(device).splitlines()[0]}")
     warmup = ""
@@ -143,7 +143,7 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
         first = impl.fn.warmup_shape(shape)
         warmup = format_shape(first) if first else ""
     cell = Cell(name, dtype, math.prod(shape), tuple(shape))
-    try:  # the steps a measurement takes before its timings (relu2.measure)
+    try:  # the steps a measurement takes before its timings (relu2.measure.cell)
         x, kernel = prepare_and_check(impl, cell, device)
         agreement = "ok (bitwise equal to eager)" if impl.is_relu2 else "n/a (a reference, not relu²)"
     except AgreementError as e:  # shown, and what ran is inspected all the same
@@ -182,12 +182,12 @@ def _launched_kernels(fn, x) -> list[str]:
 
 
 def _compiled_kernels(path, x, caches: Path) -> list[Kernel]:
-    from relu2.compiled import serving_code
+    from relu2.measure.compiled import serving_code
 
     code = serving_code(path, x)
     if not code:
         return [Kernel("?", "?", accesses_from="dynamo picked no graph this process compiled")]
-    from relu2.compiled import launch_configs
+    from relu2.measure.compiled import launch_configs
 
     kernels = []
     configs = launch_configs(code)
@@ -210,7 +210,7 @@ def _ptx_of(kernel_name: str, caches: Path) -> tuple[list[Access], str]:
 
 
 def _own_kernel(own, caches: Path) -> Kernel:
-    """An implementation's own kernel (``relu2.interface.Kernel``) with the width of its loads and
+    """An implementation's own kernel (``relu2.vocab.interface.Kernel``) with the width of its loads and
     stores: from the PTX in the call's Triton cache, or the SASS of its binary."""
     kernel = Kernel(own.name, own.language, source=own.source, launch=own.launch)
     if own.language == "triton":

@@ -7,15 +7,15 @@ heat, a neighbour's load) falls on both.
 * **Sides.**  A git worktree of each commit, its package installed (no dependencies, no network)
   into a folder of its own (``sides``); its implementations are found through interface 1, as asv
   finds them.  The instrument is this checkout's ``relu2`` package, copied once for the run
-  (``relu2.asv_run.instrument``), and its ``benchmarks/`` too: both sides are measured by one ruler,
+  (``relu2.runs.asv_run.instrument``), and its ``benchmarks/`` too: both sides are measured by one ruler,
   and an edit of the checkout during the run changes nothing.
 * **Rounds.**  ``rounds`` rounds; in each, one fresh process per side measures every cell of the
-  chosen suites once (``relu2.rounds.measure`` of one round, the plan the asv suites measure:
+  chosen suites once (``relu2.measure.rounds.measure`` of one round, the plan the asv suites measure:
   ``bench_relu2.measuring_plan``).  The order alternates, ABBA: round 1 base then head, round 2 head
   then base, and so on, so neither side always runs first on a warm or a cold box, and a drift of
   the box falls on both.  A side's rounds share that side's compiler caches (empty at its first), as
   the rounds of one asv measurement do.
-* **Figures.**  A side's rounds are merged as the suites merge theirs (``relu2.rounds.merge``: a cell
+* **Figures.**  A side's rounds are merged as the suites merge theirs (``relu2.measure.rounds.merge``: a cell
   failed in any round failed, with the round named), and written as a plain asv results folder by
   the suites' own ``track_*`` methods (asv_runner's benchmark objects, asv's ``Results``): samples
   are one median per round, in round order, so base round i and head round i were measured side by
@@ -47,12 +47,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
-from relu2 import quiet
-from relu2.machine import UsageError, environ
-# A compare's default rounds a side: the fewest a re-measurement needs (relu2.schema.MIN_ROUNDS).
-from relu2.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
-from relu2.schema import MIN_ROUNDS as DEFAULT_ROUNDS
-from relu2.schema import SKIPPED  # also the key under which a commit says why it has no figures
+from relu2.host import busy as quiet
+from relu2.host.machine import UsageError, environ
+# A compare's default rounds a side: the fewest a re-measurement needs (relu2.vocab.schema.MIN_ROUNDS).
+from relu2.vocab.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
+from relu2.vocab.schema import MIN_ROUNDS as DEFAULT_ROUNDS
+from relu2.vocab.schema import SKIPPED  # also the key under which a commit says why it has no figures
 
 FORMAT = 1
 COMPARE_FILE = "compare.json"
@@ -113,7 +113,7 @@ def resolve(repo: Path, ref: str) -> str:
 
 def repo_root(repo: str | os.PathLike | None) -> Path:
     """The git checkout that holds both commits (default: the one around the current folder)."""
-    from relu2.machine import repo_of
+    from relu2.host.machine import repo_of
 
     where = Path(repo).expanduser() if repo else Path.cwd()
     root = repo_of(where) if where.is_dir() else None
@@ -128,7 +128,7 @@ def repo_root(repo: str | os.PathLike | None) -> Path:
 def check_instrument_env() -> None:
     """UsageError for a ``RELU2_INSTRUMENT`` from outside that names no instrument: the run sets its own,
     and a folder that is not one would otherwise be overridden without a word."""
-    from relu2.asv_run import ENV_INSTRUMENT
+    from relu2.runs.asv_run import ENV_INSTRUMENT
 
     named = os.environ.get(ENV_INSTRUMENT, "")
     if named and not (Path(named) / "relu2" / "__init__.py").is_file():
@@ -139,7 +139,7 @@ def check_instrument_env() -> None:
 def check_declared(repo: Path, commits: dict[str, str]) -> set[str]:
     """The implementations the commits (ref -> sha) declare through interface 1; UsageError naming a commit
     that predates it (its package would not install into a side, with pip's hint as the only word)."""
-    from relu2.asv_run import declared_implementations
+    from relu2.runs.asv_run import declared_implementations
 
     declared: set[str] = set()
     for ref, sha in commits.items():
@@ -163,7 +163,7 @@ def project_name(tree: Path) -> str:
 def check_measured_env(names: Sequence[str]) -> None:
     """UsageError when ``RELU2_MEASURED`` names a distribution that neither side builds: its
     implementations would be looked for where there are none, and every cell would read n/a."""
-    from relu2.interface import ENV_MEASURED, _normal
+    from relu2.vocab.interface import ENV_MEASURED, _normal
 
     named = os.environ.get(ENV_MEASURED, "")
     if named and _normal(named) not in {_normal(n) for n in names}:
@@ -187,7 +187,7 @@ def suite_names(benchmarks: Path) -> list[str]:
 def check_suites(benchmarks: Path, suites: Sequence[str]) -> None:
     """UsageError for a suite ``benchmarks/bench_relu2.py`` does not have (``suites``, else
     RELU2_BENCH_SUITES), and for any other suite variable it would refuse."""
-    from relu2.asv_run import check_suite_environment
+    from relu2.runs.asv_run import check_suite_environment
 
     config = benchmarks.parent / "asv.conf.json"
     if not config.is_file():
@@ -273,8 +273,8 @@ def _tool_paths() -> list[str]:
 
 
 def _env(side: Side, ruler: Ruler, **extra: str) -> dict[str, str]:
-    from relu2.asv_run import ENV_INSTRUMENT
-    from relu2.interface import ENV_MEASURED
+    from relu2.runs.asv_run import ENV_INSTRUMENT
+    from relu2.vocab.interface import ENV_MEASURED
 
     # The side's own folders first; the tools last, so they never shadow the code under test.
     path = [str(ruler.instrument), str(side.site), *_tool_paths()]
@@ -284,7 +284,7 @@ def _env(side: Side, ruler: Ruler, **extra: str) -> dict[str, str]:
 
 def _child(action: str, request: dict, side: Side, ruler: Ruler, scratch: Path, timeout_s: float,
            **env: str) -> tuple[int, str]:
-    """``python -m relu2.compare ACTION REQUEST`` for ``side``: its exit status and the tail of its log."""
+    """``python -m relu2.runs.compare ACTION REQUEST`` for ``side``: its exit status and the tail of its log."""
     path = scratch / f"{action}-{side.name}-{time.monotonic_ns()}.json"
     path.write_text(json.dumps(request), encoding="utf-8")
     log = path.with_suffix(".log")
@@ -292,7 +292,7 @@ def _child(action: str, request: dict, side: Side, ruler: Ruler, scratch: Path, 
     # nor the side's implementations.
     with open(log, "w", encoding="utf-8") as out:
         try:
-            code = subprocess.run([sys.executable, "-m", "relu2.compare", action, str(path)], stdout=out,
+            code = subprocess.run([sys.executable, "-m", "relu2.runs.compare", action, str(path)], stdout=out,
                                   stderr=subprocess.STDOUT, env=_env(side, ruler, **env), cwd=scratch,
                                   timeout=timeout_s).returncode
         except subprocess.TimeoutExpired:
@@ -316,7 +316,7 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
                   cells: Sequence | None = None, say: Say = _stderr, label: str = "relu2 compare",
                   keep: Path | None = None) -> Measured:
     """``rounds`` rounds of each side in ABBA order (``order``), each a fresh process measuring the
-    suites' plan (or ``cells``, relu2.schema.Cell objects) once.  A cell that fails fails in its round
+    suites' plan (or ``cells``, relu2.vocab.schema.Cell objects) once.  A cell that fails fails in its round
     and is recorded so; a round's process that dies raises RuntimeError naming the round.
 
     ``keep``: the folder the rounds' files are written to as they end (else ``scratch``), so a run
@@ -337,7 +337,7 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
         partial = result.with_suffix(".partial")
         request = {"device": device, "benchmarks": str(ruler.benchmarks), "out": str(partial),
                    "cells": [[c.impl, c.dtype, list(c.shape)] for c in cells] if cells is not None else None}
-        from relu2.rounds import ENV_CACHES, ENV_ROUNDS
+        from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS
 
         began = time.perf_counter()
         code, tail = _child("round", request, side, ruler, scratch, ROUND_TIMEOUT_S,
@@ -355,7 +355,7 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
 def merged_cells(paths: Sequence[Path]) -> dict:
     """A side's rounds merged, as the suites' cache: ``{"device", "cells": {(impl, dtype, shape): entry}}``
     (entries as ``bench_relu2._entry`` writes them; samples one median a round, in round order)."""
-    from relu2.rounds import merge
+    from relu2.measure.rounds import merge
 
     got = [pickle.loads(p.read_bytes()) for p in paths]
     skipped = next((g[SKIPPED] for g in got if g.get(SKIPPED)), "")
@@ -383,9 +383,9 @@ def _round(request: dict) -> int:
     """A round's process: measure the plan (or the cells asked for) once; pickle the results."""
     import math
 
-    from relu2 import rounds
-    from relu2.isolation import timeout_from_env
-    from relu2.schema import Cell
+    from relu2.measure import rounds
+    from relu2.measure.isolation import timeout_from_env
+    from relu2.vocab.schema import Cell
 
     bench = _suites(request["benchmarks"])
     device = request["device"]
@@ -412,8 +412,8 @@ def _record(request: dict) -> int:
     from asv_runner.benchmarks.mark import SkipNotImplemented
     from asv_runner.discovery import disc_benchmarks, list_benchmarks
 
-    from relu2.asv_run import atomic_asv_writes
-    from relu2.machine import machine_info
+    from relu2.runs.asv_run import atomic_asv_writes
+    from relu2.host.machine import machine_info
 
     root, folder = request["benchmarks"], Path(request["folder"])
     _suites(root)
@@ -425,8 +425,8 @@ def _record(request: dict) -> int:
     machine = {**Machine.get_defaults(), "machine": request["machine"], **machine_info()}
     if machine.get("l2_bytes") in (None, "", "none"):
         # A CPU: the cache the noise model's bands are against is its last-level cache
-        # (relu2.timing.l2_bytes), which a same-box model learned from CPU compares needs.
-        from relu2.timing import l2_bytes
+        # (relu2.measure.timing.l2_bytes), which a same-box model learned from CPU compares needs.
+        from relu2.measure.timing import l2_bytes
 
         machine["l2_bytes"] = str(l2_bytes("cpu"))
     params = {**machine, "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
@@ -484,7 +484,7 @@ def _run_one(bench, skip_error, nan) -> tuple:
 def _check(request: dict) -> int:
     """The check process: each implementation asked for, with the side's implementations, runs on the
     device ("" when it does), as JSON {name: reason}."""
-    from relu2 import registry
+    from relu2.measure import registry
 
     out = {}
     for name in request["impls"]:
@@ -503,7 +503,7 @@ def unsupported(side: Side, ruler: Ruler, scratch: Path, impls: Sequence[str], d
     request = {"impls": list(impls), "device": device}
     path = scratch / f"check-{side.name}.json"
     path.write_text(json.dumps(request), encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "relu2.compare", "check", str(path)], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "relu2.runs.compare", "check", str(path)], capture_output=True, text=True,
                          env=_env(side, ruler), cwd=scratch, timeout=600)
     try:
         answer = json.loads(run.stdout.strip().splitlines()[-1])
@@ -519,9 +519,9 @@ def unsupported(side: Side, ruler: Ruler, scratch: Path, impls: Sequence[str], d
 @contextlib.contextmanager
 def ruler(scratch: Path) -> Iterator[Ruler]:
     """This checkout's instrument and suites, copied for the length of the run."""
-    from relu2.asv_run import instrument
+    from relu2.runs.asv_run import instrument
 
-    here = Path(__file__).resolve().parent.parent / "benchmarks"
+    here = Path(__file__).resolve().parents[2] / "benchmarks"
     if not (here / "bench_relu2.py").is_file():
         raise UsageError(f"{here}: no bench_relu2.py (relu2 compare measures with a checkout's suites)")
     suites = scratch / "suites"
@@ -531,7 +531,7 @@ def ruler(scratch: Path) -> Iterator[Ruler]:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    from relu2.results import atomic_write_text
+    from relu2.records.rows import atomic_write_text
 
     atomic_write_text(path, json.dumps(data, indent=2) + "\n")
 
@@ -544,12 +544,12 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     the current folder) on this machine in ``rounds`` interleaved rounds, every cell of ``suites``
     (default: all; ``RELU2_BENCH_QUICK``/``RELU2_BENCH_IMPLS`` narrow them as for asv), and write the
     compare layout into the folder ``out`` (new or empty).  Returns ``out``.  ``cells``
-    (relu2.schema.Cell objects of the chosen suites) measures only those: the folders then hold them,
+    (relu2.vocab.schema.Cell objects of the chosen suites) measures only those: the folders then hold them,
     and every other cell of the suites as skipped (n/a).
 
     UsageError (one line, nothing written) for bad input; RuntimeError when a round's process failed
     (``out`` then holds compare.json with ``complete: false``).  ``require_idle``: UsageError, before
-    anything is written, when the machine is not quiet (``relu2.quiet``); else that is said.
+    anything is written, when the machine is not quiet (``relu2.host.busy``); else that is said.
 
     Each round's file is kept in ``out/rounds/`` as it ends (removed once the results are written).
     ``resume``: ``out`` holds an incomplete compare of the same commits, rounds, cells and box; its
@@ -557,10 +557,10 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     tool's own (its rounds are pickles): resume only what you measured."""
     from asv.machine import Machine
 
-    from relu2.machine import git_commit, resolve_device
+    from relu2.host.machine import git_commit, resolve_device
 
-    from relu2 import asv_run
-    from relu2.outputs import claim_dir, name_part
+    from relu2.runs import asv_run
+    from relu2.host.outputs import claim_dir, name_part
 
     if not 1 <= rounds <= MAX_ROUNDS:
         raise UsageError(f"--rounds {rounds}: expected 1 to {MAX_ROUNDS}")
@@ -572,7 +572,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     if not resume:
         claim_dir(folder)
     check_instrument_env()
-    benchmarks = Path(__file__).resolve().parent.parent / "benchmarks"
+    benchmarks = Path(__file__).resolve().parents[2] / "benchmarks"
     check_suites(benchmarks, suites)
     asv_run.check_impls(check_declared(root, {base: shas["base"], head: shas["head"]}))
     device = resolve_device(device)
@@ -581,7 +581,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             "rounds": rounds, "order": order(rounds), "suites": [],
             "narrowed": {k: os.environ[k] for k in NARROWING if os.environ.get(k, "").strip()},
             "cells": None if cells is None else [c.describe() for c in cells],
-            "instrument": git_commit(Path(__file__).resolve().parent.parent) or "", "started_at": _now(),
+            "instrument": git_commit(Path(__file__).resolve().parents[2]) or "", "started_at": _now(),
             "finished_at": None, "complete": False}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
     with environ(env_suites):
@@ -666,8 +666,8 @@ def judge(folder: str | os.PathLike, fmt: str = "text", *, factor: float | None 
     """The verdict on a compare folder (``relu2 gate --compare``: the paired rule, the same-box model
     of this GPU, or ``factor``) in ``fmt``, and its exit status (relu2 gate's); every format is written
     to ``folder/report.*``."""
-    from relu2 import gate
-    from relu2.results import atomic_write_text
+    from relu2.judge import gate
+    from relu2.records.rows import atomic_write_text
 
     report = gate.gate_compare(folder, factor=factor, noise_model=noise_model)
     rendered = {f: report.render(f) for f in REPORT_FORMATS}
@@ -679,7 +679,7 @@ def judge(folder: str | os.PathLike, fmt: str = "text", *, factor: float | None 
 def main(argv: Sequence[str]) -> int:
     actions = {"round": _round, "record": _record, "check": _check}
     if len(argv) != 2 or argv[0] not in actions:
-        print("usage: python -m relu2.compare round|record|check REQUEST.json (relu2 compare's own processes)",
+        print("usage: python -m relu2.runs.compare round|record|check REQUEST.json (relu2 compare's own processes)",
               file=sys.stderr)
         return 2
     return actions[argv[0]](json.loads(Path(argv[1]).read_text(encoding="utf-8")))

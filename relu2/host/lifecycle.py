@@ -359,10 +359,10 @@ def _start_keeper(mark: str) -> subprocess.Popen | None:
     carrying the mark, reading a pipe only this process holds open; None where it cannot start (then
     the workers' own watch remains)."""
     env = {k: v for k, v in os.environ.items() if k != mark}
-    package_parent = str(Path(__file__).resolve().parent.parent)
+    package_parent = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([package_parent, *filter(None, [env.get("PYTHONPATH")])])
     try:
-        return subprocess.Popen([sys.executable, "-m", "relu2.lifecycle", "keep", mark], env=env,
+        return subprocess.Popen([sys.executable, "-m", "relu2.host.lifecycle", "keep", mark], env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, close_fds=True)
     except OSError:

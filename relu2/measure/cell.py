@@ -2,7 +2,7 @@
 
 Never raises for a cell: an implementation that disagrees is recorded "failed" and never timed; one
 that cannot run here, or runs out of memory, is "skipped"; any other error fails that cell (or that
-mode) with the reason.  This is what a sweep worker runs for each cell it is sent (``relu2.isolation``).
+mode) with the reason.  This is what a sweep worker runs for each cell it is sent (``relu2.measure.isolation``).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from relu2.agreement import AgreementError, check_agreement
-from relu2.registry import Implementation, get
-from relu2.inputs import dtype_of, random_input
-from relu2.schema import FAILED, OK, SKIPPED, Cell
-from relu2.timing import Budget, Timing, peak_memory_bytes, time_fn
+from relu2.measure.agreement import AgreementError, check_agreement
+from relu2.measure.registry import Implementation, get
+from relu2.measure.inputs import dtype_of, random_input
+from relu2.vocab.schema import FAILED, OK, SKIPPED, Cell
+from relu2.measure.timing import Budget, Timing, peak_memory_bytes, time_fn
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def _phase(seconds: dict[str, float], name: str):
 
 
 def fresh_input(cell: Cell, device: str) -> torch.Tensor:
-    """A new random input of the cell's dtype and shape (the grid's mix of values, ``relu2.inputs``)."""
+    """A new random input of the cell's dtype and shape (the grid's mix of values, ``relu2.measure.inputs``)."""
     return random_input(cell.numel, dtype_of(cell.dtype), device).view(cell.shape)
 
 

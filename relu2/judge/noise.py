@@ -2,17 +2,17 @@
 timing mode and band; learned from recorded runs, checked on boxes it did not learn from.
 
 * **Groups.**  A threshold is learned per (family, mode, band): the families are those of
-  ``relu2.verdict.family_of`` (the references, the fixed kernels, the compiled paths: the compiled
+  ``relu2.judge.rule.family_of`` (the references, the fixed kernels, the compiled paths: the compiled
   paths move 3-4x more than fused between boxes, and must not set fused's threshold); the bands are
   bytes moved against the L2 (in the L2, 1-4x, beyond 4x), from machine.json's ``l2_bytes`` or
   ``KNOWN_L2``.
 * **Two kinds of model.**  ``cross-box``: two results folders' runs of unchanged code on two boxes
   (a box is a results folder and a machine name, never the name alone), figures = medians of
   rounds.  ``same-box``: compare folders (``relu2 compare``, base and head measured side by side on
-  one box), the paired move of ``relu2.verdict.move``.  One model per GPU model and kind; a GPU with
+  one box), the paired move of ``relu2.judge.rule.move``.  One model per GPU model and kind; a GPU with
   none is refused by the gate (or gated by ``--factor`` only, saying so).
 * **What a pair of runs moved.**  Per cell whose kernel did not change (same fingerprint, or a
-  reference), of the methods its mode learns from (``relu2.schema.Mode.noise_versions``): the move
+  reference), of the methods its mode learns from (``relu2.vocab.schema.Mode.noise_versions``): the move
   after the references' move in its mode and band (as the gate judges it), beyond the cell's width:
   how far its rounds spread between processes, a robust figure, not the widest ever seen.  Cross-box:
   log(q90/q10) of its rounds over every run (``widths_of``); same-box: the median over sides of
@@ -27,7 +27,7 @@ timing mode and band; learned from recorded runs, checked on boxes it did not le
 * **Out of sample.**  Learning also leaves each box out in turn and judges the pairs that include it
   with the model learned without it: those cases (the move, the base figure, the width and the
   threshold they met) are kept per group, and the resolution a gate report prints is simulated on
-  them at the real cells' widths, with the gate's own rule (``relu2.verdict.is_slower``).
+  them at the real cells' widths, with the gate's own rule (``relu2.judge.rule.is_slower``).
   ``relu2 noise check`` prints the same leave-one-box-out figures as a table.
 
 The shipped model is ``relu2/noise_model.json``, written by ``relu2 noise learn`` (docs/methodology.md
@@ -43,15 +43,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from relu2.asv_names import SUMMARY, Cell
-from relu2.asv_results import Measurement
-from relu2.machine import UsageError
-from relu2.schema import (BAND_NAMES, BANDS, BUDGET, DEFAULT_FLOOR_S, KNOWN_L2, LARGEST_BAND, OK, Band,  # noqa: F401
+from relu2.records.asv_names import SUMMARY, Cell
+from relu2.records.asv_results import Measurement
+from relu2.host.machine import UsageError
+from relu2.vocab.schema import (BAND_NAMES, BANDS, BUDGET, DEFAULT_FLOOR_S, KNOWN_L2, LARGEST_BAND, OK, Band,  # noqa: F401
                           band_of, l2_of, only_repicked, quantile)
-from relu2.verdict import (AUTOTUNED, FAMILY_NAMES, GATED_MODES, REFERENCES, REPICK_BOUND, Figure, Rule, family_of,
+from relu2.judge.rule import (AUTOTUNED, FAMILY_NAMES, GATED_MODES, REFERENCES, REPICK_BOUND, Figure, Rule, family_of,
                            is_slower, move, pairs, reference_moves)
 
-DEFAULT_MODEL_PATH = Path(__file__).with_name("noise_model.json")
+DEFAULT_MODEL_PATH = Path(__file__).resolve().parents[1] / "noise_model.json"  # relu2/noise_model.json
 MODEL_ENV = "RELU2_NOISE_MODEL"  # another model file as the default (a team's own GPUs)
 DETECTION = 0.90  # "resolution": the slowdown caught in at least this share of out-of-sample cases
 TAIL_FROM = 0.90  # residuals below this (pair-weighted) quantile are read as recorded; the tail is fitted
@@ -240,7 +240,7 @@ def model_for(models: Sequence[NoiseModel], gpu: str, kind: str) -> NoiseModel |
 
 
 def save_models(models: Sequence[NoiseModel], path: str | os.PathLike) -> None:
-    from relu2.results import atomic_write_text
+    from relu2.records.rows import atomic_write_text
 
     atomic_write_text(path, json.dumps({"format": 2, "models": [m.as_json() for m in models]}, indent=1,
                                        sort_keys=True) + "\n")
@@ -269,7 +269,7 @@ class Run:
 def runs_in(results_dir: str | os.PathLike) -> list[Run]:
     """Every (machine, commit) with results in a results folder, ordered by machine, commit date and
     hash (never the git graph: the model learned is the same in any clone)."""
-    from relu2.asv_results import box_of, commit_dates, load_measurements, machine_info, machines
+    from relu2.records.asv_results import box_of, commit_dates, load_measurements, machine_info, machines
 
     out = []
     for m in machines(results_dir):
@@ -328,7 +328,7 @@ def widths_of(runs: Sequence[Run]) -> dict[str, float]:
     recorded for it by today's methods, over distinct runs (a run copied into two folders counts
     once).  A cell bimodal between processes (333 or 368 µs, a process's allocations deciding) has a
     wide one wherever its processes landed; quantiles, not the extremes, so one odd round does not."""
-    from relu2.schema import mode as mode_named
+    from relu2.vocab.schema import mode as mode_named
 
     rounds: dict[str, list[float]] = {}
     seen_runs: set[tuple] = set()
@@ -349,7 +349,7 @@ def paired_widths_of(runs: Sequence[Run]) -> dict[str, float]:
     """Per cell and kernel, how far its rounds spread within one side of a compare: the median over
     sides of log(max/min) of its rounds.  Within a side, not pooled over sides as ``widths_of`` does:
     boxes differ in a cell's level (2^28 cells by 1-3%), and a paired move never sees that."""
-    from relu2.schema import mode as mode_named
+    from relu2.vocab.schema import mode as mode_named
 
     spreads: dict[str, list[float]] = {}
     for run in runs:
@@ -379,7 +379,7 @@ class Observation:
 def observe(a: Run, b: Run, l2_bytes: int, paired: bool) -> list[Observation]:
     """The gated cells of unchanged code ok in both runs, of one method each, of the methods their
     mode learns from, judged as the gate judges them (after the references' move)."""
-    from relu2.schema import mode as mode_named
+    from relu2.vocab.schema import mode as mode_named
 
     kept = [(x, y) for x, y in pairs(a.measurements, b.measurements)
             if y is not None and x.cell.measure in GATED_MODES and x.status == OK and y.status == OK
@@ -416,7 +416,7 @@ def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
     repicks = tuple(abs(move(Figure.of(x), Figure.of(y), paired)) for x, y in kept
                     if x.cell.measure in GATED_MODES and family_of(x.cell.impl) in AUTOTUNED and x.value and y.value
                     and x.fingerprint and y.fingerprint and only_repicked(x.fingerprint, y.fingerprint))
-    from relu2.schema import mode as mode_named
+    from relu2.vocab.schema import mode as mode_named
 
     today = any(x.version == mode_named(x.cell.measure).asv_version for x, _ in kept if x.cell.measure in GATED_MODES)
     label = f"{a.machine}: {os.path.basename(os.path.normpath(a.source))}" if paired and a.source else ""

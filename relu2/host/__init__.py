@@ -1,0 +1,1 @@
+"""The machine a run happens on: device and versions, git, whether it is busy, child processes, files."""

@@ -1,0 +1,1 @@
+"""Judging: the rule, the noise models, the gate, its report, learning the models."""

@@ -1,0 +1,1 @@
+"""Measuring: inputs, the contract, the implementations, the timers, isolation, rounds, sweep, counters."""

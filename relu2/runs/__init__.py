@@ -1,0 +1,1 @@
+"""Runs: asv across commits, compare, confirm, bisect, the sweep as a job."""

@@ -1,0 +1,1 @@
+"""Words: the vocabulary, the interface with the implementations, the errors. Standard library only."""
