@@ -264,11 +264,6 @@ class Run:
 _active: Run | None = None
 
 
-def active() -> Run | None:
-    """The run guarded in this process, if any."""
-    return _active
-
-
 def say_saved(saved: Callable[[], str]) -> None:
     """Tell the guarded run (if any) how to say what it saved, once that is known (a results folder)."""
     if _active is not None:

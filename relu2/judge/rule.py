@@ -15,8 +15,7 @@ simulated with it (``relu2.judge.noise.resolution``):
   slower in two rounds of three moved its median 1.15x, and that is what is judged.
 * **Judged against the references of the same runs.**  eager and copy are torch's own kernels, the
   same at every commit of the kernel under test: per mode and band, the median move of their cells is
-  how the box moved, and is taken out of every cell's move, but only as far as boxes move
-  (``Bound``).  A larger common move is the stack's or a shared path's, not a box's: it is reported
+  how the box moved, and is taken out of every cell's move, but only as far as boxes move.  A larger common move is the stack's or a shared path's, not a box's: it is reported
   and left in, so a regression that moves everything fails instead of reading as improvements.
 * **What does not pass**: a cell the head lost (vanished, failed), and a cell the head measured whose
   base has no figure (failed or skipped there: ``unjudged``).
@@ -129,16 +128,6 @@ def is_slower(base: Figure, head: Figure, rule: Rule, paired: bool = False, offs
 def is_faster(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> bool:
     """The same rule the other way round."""
     return is_slower(head.scaled(math.exp(-offset)), base, rule, paired)
-
-
-@dataclass(frozen=True)
-class Bound:
-    """How far a box moves as a whole (the references' median move, a log) in a mode and band: within
-    it, the move is taken out of every cell; beyond it, it is reported and left in."""
-
-    mode: str
-    band: str
-    limit: float
 
 
 def reference_moves(pairs: Iterable[tuple[Measurement, Measurement]], band_of: Callable[[Cell], str],
@@ -267,13 +256,6 @@ def _short(version: str | None) -> str:
     if version is None:
         return "none"
     return version if len(version) <= 20 else version[:12]  # asv's hashes are long; "cold-method-2" is not
-
-
-def kernel_unchanged(base: Measurement, head: Measurement) -> bool:
-    """True when the same kernel ran at both: equal fingerprints, or an implementation that has none."""
-    if base.cell.impl in REFERENCES:
-        return True
-    return bool(base.fingerprint) and base.fingerprint == head.fingerprint
 
 
 def change_of(b: Measurement, h: Measurement | None) -> Change:

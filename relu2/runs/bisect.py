@@ -39,11 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
-try:  # the gate's vocabulary, torch- and judge-free, so that building --help imports no judging module
-    from relu2.vocab.schema import MIN_ROUNDS
-except ImportError:  # before the judging wing moved it there
-    from relu2.judge.rule import MIN_ROUNDS
-from relu2.vocab.schema import OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
+from relu2.vocab.schema import MIN_ROUNDS, OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
 
 STATE_FORMAT = 1
 DEFAULT_FACTOR = 1.2  # a step of 1.5x is found on a shared 2-core CPU; a noise model's per-cell ratio is finer

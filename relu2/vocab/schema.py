@@ -305,14 +305,6 @@ def geometry(params: Mapping[str, Any]) -> tuple[int, str]:
     raise ValueError(f"no size parameter (numel, or tokens and hidden) in {sorted(params)}")
 
 
-def geometry_numel(params: Mapping[str, Any]) -> int:
-    """The elements of a suite's cell, from its parameters (0 when they name no size)."""
-    try:
-        return geometry(params)[0]
-    except ValueError:
-        return 0
-
-
 def is_grid_shape(numel: int, shape: str) -> bool:
     """True for the size grid's cells, whose shape follows from numel alone."""
     return shape == format_shape(grid_shape(numel))
