@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from relu2.vocab import schema
+from relu2.vocab.errors import Refused, UsageError
 
 # Sizes above this are refused when parsing: no device holds 2 x 2^40 elements.
 MAX_NUMEL = 2**40
@@ -342,7 +343,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from relu2.host import lifecycle
 
     if args.resume and not args.out:
-        from relu2.host.machine import UsageError
+        from relu2.vocab.errors import UsageError
 
         raise UsageError("--resume needs --out DIR: the incomplete compare to continue")
     out = Path(args.out) if args.out else compare.default_out()
@@ -390,7 +391,7 @@ def _same_commits(report: dict, base: str, head: str, repo: str | None, what: st
         recorded = str((report.get(side) or {}).get("commit") or "")
         sha = machine.git_resolve(ref, where) if where else None
         if recorded and sha and not (sha.startswith(recorded) or recorded.startswith(sha)):
-            raise machine.UsageError(f"{what} judged {side} {recorded[:8]}, not {ref} ({sha[:8]}): give the "
+            raise UsageError(f"{what} judged {side} {recorded[:8]}, not {ref} ({sha[:8]}): give the "
                                      "commits it judged, or --cell")
 
 
@@ -542,7 +543,7 @@ def cmd_counters(args: argparse.Namespace) -> int:
     from relu2.host import outputs
     from relu2.measure import sweep
     from relu2.runs import sweep_job
-    from relu2.records.rows import WriteError
+    from relu2.vocab.errors import WriteError
 
     device = machine.resolve_device(args.device)
     why = counters.unavailable(device)
@@ -1029,19 +1030,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _is_usage_error(e: BaseException) -> bool:
-    """Input refused at the boundary: exit 2, one line.  Only the types the code raises for bad input
-    count (a device or size that is not here, a malformed or unwritable file, an unknown commit); any
-    other error is a bug, and its traceback is what a user must report."""
-    from relu2.host.machine import UsageError
-    from relu2.records.rows import CsvError, WriteError
-
-    if isinstance(e, (UsageError, CsvError, WriteError, argparse.ArgumentError)):
-        return True
-    if "relu2.records.asv_results" in sys.modules:
-        from relu2.records.asv_results import ResultsError
-
-        return isinstance(e, ResultsError)
-    return False
+    """Input refused at the boundary: exit 2, one line.  Only the refusals the code raises for bad input
+    count (``relu2.vocab.errors.Refused``: a device or size that is not here, a malformed or unwritable
+    file, an unknown commit); any other error is a bug, and its traceback is what a user must report."""
+    return isinstance(e, (Refused, argparse.ArgumentError))
 
 
 if __name__ == "__main__":

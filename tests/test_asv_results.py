@@ -13,9 +13,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
+from relu2.vocab.errors import ResultsError  # noqa: E402
 from relu2.records.asv_results import (  # noqa: E402
     FAILED_REASON,
-    ResultsError,
     commits,
     export_csv,
     load_measurements,

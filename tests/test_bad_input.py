@@ -169,7 +169,7 @@ def test_a_bug_is_not_unusable_input(monkeypatch, tmp_path):
     monkeypatch.setattr(plot, "plot_all", broken)
     with pytest.raises(ValueError, match="a bug in plotting"):
         cli.main(["plot", str(fx.RESULTS), "--out", str(tmp_path / "plots")])
-    assert cli._is_usage_error(relu2.host.machine.UsageError("bad input"))
+    assert cli._is_usage_error(relu2.vocab.errors.UsageError("bad input"))
     assert not cli._is_usage_error(OSError("a bug")) and not cli._is_usage_error(KeyError("a bug"))
 
 

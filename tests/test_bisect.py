@@ -256,7 +256,7 @@ def test_an_interrupted_bisection_resumes_from_its_state_file(tmp_path):
 
 
 def test_a_state_file_of_another_bisection_is_refused(tmp_path):
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     state = tmp_path / "state.json"
     bisect.search(Plan(COMMITS, [TOY]), FakeBox({TOY: step_at(5)}), state=state)

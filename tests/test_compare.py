@@ -78,7 +78,7 @@ def test_an_instrument_named_from_outside_that_is_none_isrefused(tmp_path, capsy
 
 
 def test_a_measured_distribution_neither_side_builds_isrefused(monkeypatch):
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     monkeypatch.setenv("RELU2_MEASURED", "nosuch-dist")
     with pytest.raises(UsageError, match="nosuch-dist"):

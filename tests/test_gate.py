@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
 from relu2.judge import noise  # noqa: E402
-from relu2.records.asv_results import ResultsError, load_records  # noqa: E402
+from relu2.records.asv_results import load_records  # noqa: E402
+from relu2.vocab.errors import ResultsError
 from relu2.judge.gate import GateInputError, GateReport, format_value, gate  # noqa: E402
 
 LAUNCH_COMPILE = ("bench_relu2.ModelShapes.track_launch", {"impl": "compile", "tokens": 64, "hidden": 21504})

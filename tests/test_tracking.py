@@ -16,7 +16,8 @@ import asv_fixture as fx  # noqa: E402
 
 from relu2 import cli
 from relu2.runs import asv_run  # noqa: E402
-from relu2.records.asv_results import ResultsError, resolve_commit  # noqa: E402
+from relu2.records.asv_results import resolve_commit  # noqa: E402
+from relu2.vocab.errors import ResultsError
 
 
 @pytest.fixture

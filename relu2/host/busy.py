@@ -176,7 +176,7 @@ def before_measuring(command: str, require_idle: bool, gpu: bool = True) -> Quie
     anything is written) under ``--require-idle``."""
     import sys
 
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     seen = check(gpu=gpu)
     if seen.quiet is False:

@@ -15,6 +15,7 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
+from relu2.vocab.errors import DeviceError, UsageError
 
 _DRIVER_FILE = Path("/proc/driver/nvidia/version")
 
@@ -53,14 +54,6 @@ def is_cpu_machine(info: Mapping[str, Any]) -> bool:
     """A machine measured without a GPU: its machine.json records ``gpu`` "none" (``machine_info``).
     An unrecorded GPU is not a CPU: the gate and the dashboard share this rule."""
     return str(info.get("gpu", "")).strip().lower() == "none"
-
-
-class UsageError(ValueError):
-    """Input this machine cannot serve (a device that is not here, a size that does not fit): one line."""
-
-
-class DeviceError(UsageError):
-    """The device asked for is not here; the message says so in one line."""
 
 
 def resolve_device(asked: str | None) -> str:

@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
 
-from relu2.host.machine import UsageError
+from relu2.vocab.errors import UsageError
 
 
 def name_part(text: str, what: str = "--machine") -> str:

@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from relu2.judge import noise
-from relu2.records.asv_results import Measurement, ResultsError, box_of, commit_dates, iso_date, load_measurements, \
+from relu2.records.asv_results import Measurement, box_of, commit_dates, iso_date, load_measurements, \
     machine_info, machines, resolve_commit
+from relu2.vocab.errors import ResultsError
 from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, format_spread, format_value  # noqa: F401
 from relu2.host.machine import is_cpu_machine
 from relu2.judge.noise import NoiseModel

@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from relu2.records.asv_names import SUMMARY, Cell
 from relu2.records.asv_results import Measurement
-from relu2.host.machine import UsageError
+from relu2.vocab.errors import UsageError
 from relu2.vocab.schema import (BAND_NAMES, BANDS, BUDGET, DEFAULT_FLOOR_S, KNOWN_L2, LARGEST_BAND, OK, Band,  # noqa: F401
                           band_of, l2_of, only_repicked, quantile)
 from relu2.judge.rule import (AUTOTUNED, FAMILY_NAMES, GATED_MODES, REFERENCES, REPICK_BOUND, Figure, Rule, family_of,

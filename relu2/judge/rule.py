@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from relu2.records.asv_names import Cell
-from relu2.records.asv_results import Measurement, ResultsError
+from relu2.records.asv_results import Measurement
+from relu2.vocab.errors import ResultsError
 from relu2.vocab.schema import BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)

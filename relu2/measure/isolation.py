@@ -64,7 +64,7 @@ def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
     the suites all call this."""
     import math
 
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     text = os.environ.get(ENV_TIMEOUT, "").strip()
     if not text:

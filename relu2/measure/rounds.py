@@ -53,7 +53,7 @@ MAX_ROUNDS = 20
 
 def rounds_from_env(default: int = DEFAULT_ROUNDS) -> int:
     """``$RELU2_ROUNDS``, else ``default``; UsageError (a ValueError) for anything but 1..MAX_ROUNDS."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     text = os.environ.get(ENV_ROUNDS, "").strip()
     if not text:

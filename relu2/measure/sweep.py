@@ -185,7 +185,7 @@ def locked(out: Path, what: str) -> Iterator[None]:
     import os
     import socket
 
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -242,7 +242,8 @@ _MASK_BYTES = 3
 
 def check_fits(cells: Iterable[Cell], device: str) -> None:
     """UsageError naming the first input too large for ``device``'s memory, before anything runs."""
-    from relu2.host.machine import UsageError, device_memory_bytes
+    from relu2.host.machine import device_memory_bytes
+    from relu2.vocab.errors import UsageError
     from relu2.vocab.schema import format_bytes, itemsize
 
     largest = max(cells, key=lambda c: c.numel * itemsize(c.dtype), default=None)

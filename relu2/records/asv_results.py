@@ -39,15 +39,12 @@ from relu2.records.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, split, un
 from relu2.records.rows import Row, csv_text, make_row, write_csv, write_stdout
 from relu2.vocab.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex
 from relu2.vocab.schema import mode as mode_named
+from relu2.vocab.errors import ResultsError
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
 FAILED_REASON = "failed during asv run; see the asv log (asv keeps no error text in results)"
 SKIPPED_REASON = "n/a: setup raised NotImplementedError (asv stores skips as NaN)"
-
-
-class ResultsError(Exception):
-    """An asv results folder, or a file in it, that cannot be read; the message names the file."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from relu2.vocab.schema import COLUMN_NAMES, COLUMNS, OK, OUTLIER, OUTLIER_FACTOR, ROOFLINE, derive
+from relu2.vocab.errors import CsvError, WriteError
 
 Row = make_dataclass(
     "Row",
@@ -29,14 +30,6 @@ Row.__doc__ = ("One figure: one implementation on one input in one timing mode, 
                "and the reason.")
 
 _NAN = float("nan")
-
-
-class CsvError(ValueError):
-    """A file that is not a relu2 results CSV; the message names the file (and the line)."""
-
-
-class WriteError(OSError):
-    """A result file that cannot be written where asked; the message names the path."""
 
 
 def make_row(

@@ -104,7 +104,7 @@ def torch_site() -> str:
     """The site-packages folder that holds this interpreter's torch; UsageError when there is none."""
     import importlib.util
 
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
@@ -117,7 +117,8 @@ def check_prerequisites(argv: Sequence[str]) -> None:
     """UsageError naming the first missing prerequisite of ``asv run``/``continuous`` (see module doc)."""
     import importlib.util
 
-    from relu2.host.machine import UsageError, repo_of
+    from relu2.host.machine import repo_of
+    from relu2.vocab.errors import UsageError
 
     config = _option(argv, "--config") or "asv.conf.json"
     if not os.path.isfile(config):
@@ -195,7 +196,7 @@ def check_asv_arguments(argv: Sequence[str]) -> None:
     from asv.commands import make_argparser
     from asv.config import Config
 
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
     from relu2.host.outputs import name_part
 
     parser, _ = make_argparser()
@@ -265,7 +266,7 @@ def check_suite_environment(config: str) -> None:
     import importlib.util
 
     from relu2.measure.isolation import timeout_from_env
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
     from relu2.measure.rounds import rounds_from_env
 
     try:
@@ -344,7 +345,7 @@ def declared_implementations(repo: str | os.PathLike, commit: str) -> tuple[list
 def check_impls(declared: set[str]) -> None:
     """UsageError when RELU2_BENCH_IMPLS names an implementation that is neither one of the instrument's
     references nor declared by any commit to be measured."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
     from relu2.measure.registry import REFERENCES
 
     chosen = [n.strip() for n in os.environ.get("RELU2_BENCH_IMPLS", "").split(",") if n.strip()]
@@ -361,7 +362,7 @@ def selected_commits(conf, range_spec: str | None) -> list[str] | None:
     later (no git checkout here)."""
     from asv.repo import get_repo
 
-    from relu2.records.asv_results import ResultsError
+    from relu2.vocab.errors import ResultsError
 
     repo = get_repo(conf)
     if range_spec is None:
@@ -526,7 +527,8 @@ def external_config(repo: str | os.PathLike, base_config: str = "asv.conf.json")
     """
     import tomllib
 
-    from relu2.host.machine import UsageError, repo_of
+    from relu2.host.machine import repo_of
+    from relu2.vocab.errors import UsageError
 
     root = Path(repo).expanduser().resolve()
     if repo_of(root) is None:
@@ -583,7 +585,7 @@ def _narrowed(argv: list[str], base_config: str = "asv.conf.json") -> list[str]:
 
 def _with_repo(argv: list[str]) -> list[str]:
     """argv with ``--repo DIR`` replaced by ``--config`` of ``external_config(DIR)``."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     repo = _option(argv, OPT_REPO)
     if repo is None:
@@ -602,7 +604,7 @@ def _with_repo(argv: list[str]) -> list[str]:
 
 def main(argv: Sequence[str]) -> int:
     """Run ``asv ARGV...`` in this process with one instrument and atomic result writes; asv's exit status."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     if not argv:
         raise UsageError("relu2 asv needs an asv command, e.g. relu2 asv run --machine mybox main~2..main "
@@ -620,7 +622,7 @@ def _measure(argv: list[str], machine: str, machine_keys: dict[str, str]) -> int
     from asv.config import Config
 
     from relu2.host import lifecycle
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     config = _option(argv, "--config") or "asv.conf.json"
     conf = Config.load(config)
@@ -668,8 +670,8 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
     can be measured."""
     from asv.commands import make_argparser
 
-    from relu2.records.asv_results import ResultsError
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import ResultsError
+    from relu2.vocab.errors import UsageError
 
     parser, _ = make_argparser()
     try:
@@ -717,7 +719,7 @@ def _check_range(repo_dir: str, range_spec: str | None) -> None:
     failed ``git rev-list`` call, then raise)."""
     import shlex
 
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     if range_spec is None or range_spec in _RANGE_WORDS or range_spec.startswith("HASHFILE:"):
         return

@@ -357,7 +357,7 @@ class Plan:
 def load_steps(plan: Plan, state: Path | None) -> list[Step]:
     """The steps of an earlier run of the same search from ``state`` ([] when there is none);
     UsageError when the file holds another search, or is not a state file."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     if state is None or not state.exists():
         return []
@@ -398,7 +398,7 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
             cells, rounds = measure_step(oracle, sides, plan.cells, lambda cell, f: reproduced(f[0], f[1], plan.factor_of(cell)),
                                          plan.budget)
         except Unmeasurable as e:
-            from relu2.host.machine import UsageError
+            from relu2.vocab.errors import UsageError
 
             raise UsageError(f"GOOD or BAD cannot be measured: {e}") from None
         steps.append(Step(0, last, plan.commits[last], rounds, time.monotonic() - started, cells=cells))
@@ -448,7 +448,7 @@ def cell_name(target) -> str:
 def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
     """GOOD, then the first-parent commits after it up to BAD (full hashes); UsageError when GOOD is
     not an ancestor of BAD, or is BAD."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     good_sha, bad_sha = resolve(repo, good), resolve(repo, bad)
     if good_sha == bad_sha:
@@ -461,7 +461,7 @@ def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
 
 def resolve(repo: Path, ref: str) -> str:
     """The full hash of the commit ``ref`` names in ``repo``; UsageError in one line when none."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     run = _run_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
     if run.returncode != 0 or not ref or ref.startswith("-"):
@@ -501,7 +501,7 @@ def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Or
     comparison, GOOD beside BAD; a probe two, GOOD beside it and it beside BAD.  A probe that does not
     declare the interface or does not build is Unmeasurable."""
     from relu2.runs.asv_run import declared_implementations
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     def compared(base: str, head: str, cells: Sequence[str], rounds: int) -> dict[str, tuple]:
         from relu2.runs import confirm

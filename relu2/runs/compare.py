@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from relu2.host import busy as quiet
-from relu2.host.machine import UsageError, environ
+from relu2.host.machine import environ
+from relu2.vocab.errors import UsageError
 # A compare's default rounds a side: the fewest a re-measurement needs (relu2.vocab.schema.MIN_ROUNDS).
 from relu2.vocab.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
 from relu2.vocab.schema import MIN_ROUNDS as DEFAULT_ROUNDS

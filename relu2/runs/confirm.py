@@ -137,7 +137,8 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
     import socket
 
     from relu2.runs import compare
-    from relu2.host.machine import UsageError, default_device
+    from relu2.host.machine import default_device
+    from relu2.vocab.errors import UsageError
 
     device = device or default_device()
     say = compare._stderr if progress else (lambda line: None)

@@ -45,7 +45,7 @@ def implementations(asked: Sequence[str] | None, known: Sequence[str], default: 
                     ) -> list[str]:
     """The implementations to sweep (``default``, else every ``known`` one, when none are asked for),
     roofline last; UsageError naming an unknown one."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     names = list(asked or (known if default is None else default))
     unknown = [n for n in names if n not in known]
@@ -59,7 +59,7 @@ def implementations(asked: Sequence[str] | None, known: Sequence[str], default: 
 def plan_cells(names: Sequence[str], dtypes: Sequence[str], sizes: Sequence[int], *, grid: bool = True,
                model_shapes: bool = False, vllm_shapes: bool = False, nemotron: bool = False) -> list[Cell]:
     """The grid (unless ``grid`` is False) plus the model-shape sets asked for; UsageError when empty."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     cells = schema.grid_cells(names, dtypes, sizes) if grid else []
     if model_shapes:
@@ -107,7 +107,7 @@ def run(plan: Plan) -> int:
 
 def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> None:
     """UsageError when an implementation asked for by name cannot run here (a broken one runs and fails)."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     ready = {n: measurer.ready(n) for n in named}
     absent = {n: r.why_not(device) for n, r in ready.items() if r is not None and not r.broken and r.why_not(device)}

@@ -135,7 +135,7 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
 
     impl = get(name)
     if not impl.supports(device):
-        from relu2.host.machine import UsageError
+        from relu2.vocab.errors import UsageError
 
         raise UsageError(f"{name} cannot run on {device}: {impl.why_not(device).splitlines()[0]}")
     warmup = ""

@@ -65,7 +65,7 @@ def latest_commit(rows: Sequence[Row]) -> tuple[str, str]:
 
 def select_commit(rows: Sequence[Row], commit: str | None = None, machine: str | None = None) -> list[Row]:
     """The rows of one machine at one commit: ``commit`` (a prefix) or the latest; ValueError when none match."""
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     rows = [r for r in rows if machine is None or r.machine == machine]
     if commit:

@@ -37,7 +37,7 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
     """``asv publish`` (with ``asv_args``), ``asv-tachyon install``, then ``reshape``; the html folder."""
     from asv.config import Config
 
-    from relu2.host.machine import UsageError
+    from relu2.vocab.errors import UsageError
 
     try:
         conf = Config.load(str(config))
@@ -88,7 +88,7 @@ def check_results(results_dir: str | os.PathLike) -> None:
     from relu2.records.asv_results import load_measurements, machines
 
     if not machines(results_dir):
-        from relu2.records.asv_results import ResultsError
+        from relu2.vocab.errors import ResultsError
 
         raise ResultsError(f"{results_dir}: no machine with results (no <machine>/machine.json beside a result file)")
     load_measurements(results_dir)
