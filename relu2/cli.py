@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from typing import Sequence
 
+from relu2.host import git
 from relu2.vocab import schema
 from relu2.vocab.errors import Refused, UsageError
 
@@ -274,9 +275,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
         commit = resolve_commit(source, commit, args.machine)
     elif commit:
-        commit = machine.git_resolve(commit, machine.repo_of(source)) or commit
+        commit = git.try_resolve(commit, git.toplevel(source)) or commit
     out = Path(args.out)  # made only once there is a plot
-    drawn = plot.plot_all(rows, out, commit=commit, repo=machine.repo_of(source))
+    drawn = plot.plot_all(rows, out, commit=commit, repo=git.toplevel(source))
     for path in drawn:
         print(path)
     plot.say_missing(drawn, "relu2 plot")
@@ -378,7 +379,7 @@ def _repo(named: str | None) -> Path | None:
     from relu2.host import machine
 
     where = Path(named) if named else Path.cwd()
-    return machine.repo_of(where) if where.is_dir() else None
+    return git.toplevel(where) if where.is_dir() else None
 
 
 def _same_commits(report: dict, base: str, head: str, repo: str | None, what: str) -> None:
@@ -389,7 +390,7 @@ def _same_commits(report: dict, base: str, head: str, repo: str | None, what: st
     where = _repo(repo)
     for side, ref in (("base", base), ("head", head)):
         recorded = str((report.get(side) or {}).get("commit") or "")
-        sha = machine.git_resolve(ref, where) if where else None
+        sha = git.try_resolve(ref, where) if where else None
         if recorded and sha and not (sha.startswith(recorded) or recorded.startswith(sha)):
             raise UsageError(f"{what} judged {side} {recorded[:8]}, not {ref} ({sha[:8]}): give the "
                                      "commits it judged, or --cell")

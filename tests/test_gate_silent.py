@@ -454,7 +454,7 @@ def test_the_model_learned_does_not_depend_on_the_clone(monkeypatch, tmp_path):
     # docs/aa/planted holds two commits made in the same second (branches off main): a clone of main
     # alone cannot order them by the git graph.  The pair's direction decides whose figure is the
     # base, so the model (its simulation sample, hence the resolution printed) must not follow it.
-    from relu2.host import machine
+    from relu2.host import git
     from relu2.records.asv_results import commit_dates
 
     planted = REPO / "docs/aa/planted"
@@ -462,7 +462,7 @@ def test_the_model_learned_does_not_depend_on_the_clone(monkeypatch, tmp_path):
     assert len(dates) > len(set(dates))  # the tie this test is about
 
     def learned(order) -> list:
-        monkeypatch.setattr(machine, "git_order", lambda hashes, repo: order(sorted(hashes)))
+        monkeypatch.setattr(git, "order", lambda hashes, repo: order(sorted(hashes)))
         return [(r.box, r.commit) for r in noise.runs_in(planted)]  # the order pairs take their direction from
 
     assert learned(lambda hs: {h: i for i, h in enumerate(hs)}) == learned(lambda hs: {h: -i for i, h in enumerate(hs)})

@@ -121,57 +121,6 @@ def contention_warning(device: str, own_pids: set[int]) -> str:
     return ""
 
 
-# --- git ------------------------------------------------------------------------------------------
-
-
-def _git(args: list[str], repo: str | os.PathLike | None = None) -> str | None:
-    """stdout of ``git -C repo ARGS`` stripped, or None when git fails or is absent."""
-    command = ["git"] + (["-C", str(repo)] if repo is not None else []) + args
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def git_commit(repo: str | os.PathLike | None = None) -> str:
-    """The full hash of HEAD, or "unknown" outside a git checkout."""
-    return _git(["rev-parse", "HEAD"], repo) or "unknown"
-
-
-def git_resolve(ref: str, repo: str | os.PathLike | None = None) -> str | None:
-    """The full hash a git ref names (``main~1``, ``HEAD``, a tag, a branch, a prefix); None if git cannot."""
-    if not ref or ref.startswith("-"):
-        return None
-    return _git(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], repo)
-
-
-def repo_of(path: str | os.PathLike) -> Path | None:
-    """The root of the git checkout holding ``path`` (a file or folder), or None."""
-    path = Path(path)
-    folder = path if path.is_dir() else path.parent
-    top = _git(["rev-parse", "--show-toplevel"], folder if folder.exists() else None)
-    return Path(top) if top else None
-
-
-def git_order(hashes: Iterable[str], repo: str | os.PathLike | None) -> dict[str, int]:
-    """Each hash's position in ``git rev-list --topo-order`` (parents first) of ``repo``; {} without one.
-
-    Commit dates have one-second resolution, so two commits made in the same second tie; the
-    repository's graph says which came first.  ``repo`` is the checkout the results belong to
-    (never the current directory, which would make the order depend on where the command runs).
-    """
-    if repo is None:
-        return {}
-    out = _git(["rev-list", "--topo-order", "--reverse", "--all"], repo)
-    if out is None:
-        return {}
-    rank = {h: i for i, h in enumerate(out.split())}
-    return {h: rank[h] for h in hashes if h in rank}
-
-
-# --- versions -------------------------------------------------------------------------------------
-
-
 def nvidia_driver_version() -> str:
     """The NVIDIA kernel driver version ("550.54.15"), "none" without one, "unknown" if unreadable."""
     try:

@@ -20,10 +20,10 @@ Torch-free, and every refusal is a ``UsageError``: exit 2, one line.
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Callable, Iterable
 
+from relu2.host.git import tracked
 from relu2.vocab.errors import UsageError
 
 
@@ -41,18 +41,6 @@ def _existing_ancestor(path: Path) -> Path:
         if candidate.exists():
             return candidate
     return Path.cwd()
-
-
-def tracked(path: str | os.PathLike) -> list[str]:
-    """Up to three files git tracks at ``path`` (a file, or under a folder); [] outside a checkout."""
-    path = Path(path).absolute()
-    where = _existing_ancestor(path)
-    folder = where if where.is_dir() else where.parent
-    run = subprocess.run(["git", "-C", str(folder), "ls-files", "-z", "--full-name", "--", str(path)],
-                         capture_output=True, text=True)
-    if run.returncode != 0:
-        return []
-    return [f for f in run.stdout.split("\0") if f][:3]
 
 
 def _writable_ancestor(path: Path, what: str, shown: Path | None = None) -> None:

@@ -446,10 +446,10 @@ def commits(results_dir: str | os.PathLike, machine: str | None = None) -> list[
     Commits that tie on date (one-second resolution) are ordered by the git graph of the checkout
     that holds ``results_dir``, then by hash: the same order wherever the command runs.
     """
-    from relu2.host.machine import git_order, repo_of
+    from relu2.host import git
 
     dates = commit_dates(results_dir, machine)
-    order = git_order(dates, repo_of(results_dir))
+    order = git.order(dates, git.toplevel(results_dir))
     return sorted(dates, key=lambda h: (dates[h], order.get(h, -1), h))
 
 
@@ -459,7 +459,7 @@ def resolve_commit(results_dir: str | os.PathLike, ref: str, machine: str | None
     ``ref`` is a hash or a unique prefix of one, or any git ref (``main~1``, ``HEAD``, a tag or a
     branch) of the checkout that holds ``results_dir``.
     """
-    from relu2.host.machine import git_resolve, repo_of
+    from relu2.host import git
 
     wanted = ref.strip()
     if not wanted:
@@ -470,7 +470,7 @@ def resolve_commit(results_dir: str | os.PathLike, ref: str, machine: str | None
         raise ResultsError(f"commit {wanted!r} is ambiguous: {', '.join(h[:12] for h in matches)}")
     if matches:
         return matches[0]
-    full = git_resolve(wanted, repo_of(results_dir))
+    full = git.try_resolve(wanted, git.toplevel(results_dir))
     if full in known:
         return full
     where = f"machine {machine!r}" if machine else str(results_dir)

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from relu2.host import git
 from relu2.vocab.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION
 from relu2.host.machine import environ
 from relu2.records.rows import atomic_write_text
@@ -117,7 +118,6 @@ def check_prerequisites(argv: Sequence[str]) -> None:
     """UsageError naming the first missing prerequisite of ``asv run``/``continuous`` (see module doc)."""
     import importlib.util
 
-    from relu2.host.machine import repo_of
     from relu2.vocab.errors import UsageError
 
     config = _option(argv, "--config") or "asv.conf.json"
@@ -134,7 +134,7 @@ def check_prerequisites(argv: Sequence[str]) -> None:
         raise UsageError("asv's virtualenv environments need the virtualenv package: pip install virtualenv "
                          "(or measure the installed checkout with --python=same --set-commit-hash HASH)")
     repo = str(conf.get("repo", "."))
-    if "://" not in repo and repo_of(os.path.abspath(repo)) is None:
+    if "://" not in repo and git.toplevel(os.path.abspath(repo)) is None:
         raise UsageError(f"{config}: its repo {repo!r} is not a git checkout (from {os.getcwd()}): asv checks "
                          "commits out of one")
 
@@ -230,8 +230,7 @@ def check_asv_arguments(argv: Sequence[str]) -> None:
     range_spec = getattr(args, "range", None)
     if argv[0] == "run" and range_spec and ".." in range_spec and os.path.isdir(conf.repo):
         _check_range(conf.repo, range_spec)
-        listed = subprocess.run(["git", "rev-list", "--first-parent", range_spec, "--"], cwd=conf.repo,
-                                capture_output=True, text=True)
+        listed = git.run(conf.repo, "rev-list", "--first-parent", range_spec, "--", check=False)
         if listed.returncode == 0 and not listed.stdout.strip():
             raise UsageError(f"the range {range_spec} holds no commit (A..B is what B has and A has not)")
 
@@ -328,12 +327,11 @@ def declared_implementations(repo: str | os.PathLike, commit: str) -> tuple[list
     pyproject.toml's entry points), and why it cannot be measured ("" when it can)."""
     import tomllib
 
-    shown = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:pyproject.toml"], capture_output=True,
-                           text=True)
-    if shown.returncode != 0:
+    shown = git.show(repo, commit, "pyproject.toml")
+    if shown is None:
         return [], f"predates the implementations interface {INTERFACE_VERSION}: no pyproject.toml"
     try:
-        declared = tomllib.loads(shown.stdout).get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP)
+        declared = tomllib.loads(shown).get("project", {}).get("entry-points", {}).get(ENTRY_POINT_GROUP)
     except tomllib.TOMLDecodeError as e:
         return [], f"its pyproject.toml does not parse: {e}"
     if not declared:
@@ -527,18 +525,14 @@ def external_config(repo: str | os.PathLike, base_config: str = "asv.conf.json")
     """
     import tomllib
 
-    from relu2.host.machine import repo_of
     from relu2.vocab.errors import UsageError
 
-    root = Path(repo).expanduser().resolve()
-    if repo_of(root) is None:
-        raise UsageError(f"{repo}: not a git checkout (--repo names the repository whose commits are measured)")
+    root = git.checkout(Path(repo).expanduser().resolve())
     try:
         project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
     except (OSError, KeyError, tomllib.TOMLDecodeError) as e:
         raise UsageError(f"{root / 'pyproject.toml'}: no [project] name to measure ({type(e).__name__})") from None
-    branch = subprocess.run(["git", "-C", str(root), "rev-parse", "--abbrev-ref", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "main"
+    branch = git.try_output(root, "rev-parse", "--abbrev-ref", "HEAD") or "main"
     here = Path(base_config).resolve().parent
     conf = json.loads(Path(base_config).read_text(encoding="utf-8"))
     folder = here / ".asv" / project
@@ -723,8 +717,7 @@ def _check_range(repo_dir: str, range_spec: str | None) -> None:
 
     if range_spec is None or range_spec in _RANGE_WORDS or range_spec.startswith("HASHFILE:"):
         return
-    proc = subprocess.run(["git", "rev-list", "--first-parent", *shlex.split(range_spec), "--"], cwd=repo_dir,
-                          capture_output=True, text=True)
+    proc = git.run(repo_dir, "rev-list", "--first-parent", *shlex.split(range_spec), "--", check=False)
     if proc.returncode not in (0, 1):  # asv's own accepted codes
         said = [line for line in proc.stderr.splitlines() if line.strip()]
         raise UsageError(f"{range_spec!r} is not a range of commits of {os.path.abspath(repo_dir)}"

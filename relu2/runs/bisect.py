@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+from relu2.host import git
 from relu2.vocab.schema import MIN_ROUNDS, OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
 
 STATE_FORMAT = 1
@@ -450,35 +451,12 @@ def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
     not an ancestor of BAD, or is BAD."""
     from relu2.vocab.errors import UsageError
 
-    good_sha, bad_sha = resolve(repo, good), resolve(repo, bad)
+    good_sha, bad_sha = git.resolve(repo, good), git.resolve(repo, bad)
     if good_sha == bad_sha:
         raise UsageError(f"GOOD and BAD are the same commit ({good_sha[:10]}): nothing to bisect")
-    if _run_git(repo, "merge-base", "--is-ancestor", good_sha, bad_sha).returncode != 0:
+    if not git.is_ancestor(repo, good_sha, bad_sha):
         raise UsageError(f"GOOD {good} ({good_sha[:10]}) is not an ancestor of BAD {bad} ({bad_sha[:10]})")
-    after = _run_git(repo, "rev-list", "--first-parent", "--reverse", f"{good_sha}..{bad_sha}").stdout.split()
-    return [good_sha, *after]
-
-
-def resolve(repo: Path, ref: str) -> str:
-    """The full hash of the commit ``ref`` names in ``repo``; UsageError in one line when none."""
-    from relu2.vocab.errors import UsageError
-
-    run = _run_git(repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
-    if run.returncode != 0 or not ref or ref.startswith("-"):
-        raise UsageError(f"{ref!r} names no commit of {repo}")
-    return run.stdout.strip()
-
-
-def subjects(repo: Path, commits: Sequence[str]) -> dict[str, str]:
-    """Each commit's subject line."""
-    out = _run_git(repo, "log", "--no-walk=unsorted", "--format=%H %s", *commits).stdout
-    return dict(line.split(" ", 1) if " " in line else (line, "") for line in out.splitlines())
-
-
-def _run_git(repo: Path, *args: str):
-    import subprocess
-
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    return [good_sha, *git.first_parents(repo, good_sha, bad_sha)]
 
 
 def default_state(repo: Path, commits: Sequence[str], cells: Sequence[str]) -> Path:
@@ -486,8 +464,7 @@ def default_state(repo: Path, commits: Sequence[str], cells: Sequence[str]) -> P
     does), named by its range and cells, so the same command run again resumes it."""
     import hashlib
 
-    common = Path(_run_git(repo, "rev-parse", "--git-common-dir").stdout.strip())
-    common = common if common.is_absolute() else repo / common
+    common = git.common_dir(repo)
     key = hashlib.sha256("\n".join([*commits, *cells]).encode()).hexdigest()[:8]
     return common / "relu2-bisect" / f"{commits[0][:8]}-{commits[-1][:8]}-{key}.json"
 
@@ -625,7 +602,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
         + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
     steps = search(plan, confirm_oracle(repo, by_name, device), steps, state, say)
     tracks = replay(plan, steps)
-    return Report(str(repo), plan, steps, findings(plan.commits, tracks, steps), subjects(repo, plan.commits),
+    return Report(str(repo), plan, steps, findings(plan.commits, tracks, steps), git.subjects(repo, plan.commits),
                   str(state))
 
 

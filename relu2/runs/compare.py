@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from relu2.host import busy as quiet
+from relu2.host import git
 from relu2.host.machine import environ
 from relu2.vocab.errors import UsageError
 # A compare's default rounds a side: the fewest a re-measurement needs (relu2.vocab.schema.MIN_ROUNDS).
@@ -90,40 +91,6 @@ def _now() -> str:
 
 
 # --- checks before anything is built ------------------------------------------------------------------
-
-
-def git(repo: Path, *args: str) -> str:
-    """``git -C repo ARGS``'s output; UsageError with git's one-line reason."""
-    run = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if run.returncode != 0:
-        lines = [ln for ln in run.stderr.strip().splitlines() if ln.startswith(("fatal:", "error:"))]
-        raise UsageError(f"git {' '.join(args[:2])}: {(lines or run.stderr.strip().splitlines() or [run.returncode])[0]}")
-    return run.stdout.strip()
-
-
-def resolve(repo: Path, ref: str) -> str:
-    """The full hash of the commit ``ref`` names in ``repo``; UsageError in one line when none."""
-    if not ref or ref.startswith("-"):
-        raise UsageError(f"not a git ref: {ref!r}")
-    run = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "--end-of-options",
-                          f"{ref}^{{commit}}"], capture_output=True, text=True)
-    if run.returncode != 0:
-        raise UsageError(f"{ref!r} names no commit of {repo}")
-    return run.stdout.strip()
-
-
-def repo_root(repo: str | os.PathLike | None) -> Path:
-    """The git checkout that holds both commits (default: the one around the current folder)."""
-    from relu2.host.machine import repo_of
-
-    where = Path(repo).expanduser() if repo else Path.cwd()
-    root = repo_of(where) if where.is_dir() else None
-    if root is None:
-        raise UsageError(f"{where}: not a git checkout" + (" (--repo names the repository whose commits are "
-                                                           "compared)" if repo else " (run it inside one, or pass --repo)"))
-    return root
-
-
 
 
 def check_instrument_env() -> None:
@@ -219,7 +186,7 @@ def sides(repo: Path, base: str, head: str, scratch: Path, say: Say = _stderr,
         built = []
         for name, commit in zip(SIDE_NAMES, (base, head)):
             tree = scratch / f"tree-{name}"
-            git(repo, "worktree", "add", "--detach", "-q", str(tree), commit)
+            git.worktree_add(repo, tree, commit)
             trees.append(tree)
             began = time.perf_counter()
             site = _install(tree, scratch / f"site-{name}", f"{name} ({commit[:8]})")
@@ -227,10 +194,8 @@ def sides(repo: Path, base: str, head: str, scratch: Path, say: Say = _stderr,
             say(f"{label}: {name} {commit[:8]} built in {time.perf_counter() - began:.0f} s")
         yield built[0], built[1]
     finally:
-        for tree in trees:
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], capture_output=True)
-        # A tree whose folder went first (an interrupt unwinding the scratch folder) is only pruned.
-        subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
+        for tree in trees:  # a tree whose folder went first (an interrupt unwinding the scratch) is pruned
+            git.worktree_remove(repo, tree)
 
 
 def _install(tree: Path, site: Path, what: str) -> Path:
@@ -558,7 +523,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     tool's own (its rounds are pickles): resume only what you measured."""
     from asv.machine import Machine
 
-    from relu2.host.machine import git_commit, resolve_device
+    from relu2.host.machine import resolve_device
 
     from relu2.runs import asv_run
     from relu2.host.outputs import claim_dir, name_part
@@ -566,8 +531,8 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     if not 1 <= rounds <= MAX_ROUNDS:
         raise UsageError(f"--rounds {rounds}: expected 1 to {MAX_ROUNDS}")
     machine = name_part(machine) if machine else Machine.get_unique_machine_name()
-    root = repo_root(repo)
-    shas = {"base": resolve(root, base), "head": resolve(root, head)}
+    root = git.checkout(repo)
+    shas = {"base": git.resolve(root, base), "head": git.resolve(root, head)}
     folder = Path(out)
     earlier = incomplete(folder) if resume else None
     if not resume:
@@ -582,7 +547,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             "rounds": rounds, "order": order(rounds), "suites": [],
             "narrowed": {k: os.environ[k] for k in NARROWING if os.environ.get(k, "").strip()},
             "cells": None if cells is None else [c.describe() for c in cells],
-            "instrument": git_commit(Path(__file__).resolve().parents[2]) or "", "started_at": _now(),
+            "instrument": git.head(Path(__file__).resolve().parents[2]), "started_at": _now(),
             "finished_at": None, "complete": False}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
     with environ(env_suites):
@@ -604,7 +569,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
                 code, tail = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
                                                "rounds": [str(p) for p in done.rounds[side.name]],
                                                "machine": machine, "sha": side.commit,
-                                               "date_ms": int(git(root, "log", "-1", "--format=%ct", side.commit)) * 1000},
+                                               "date_ms": git.commit_time(root, side.commit) * 1000},
                                     side, r, scratch, 600)
                 if code != 0:
                     raise RuntimeError(f"writing the {side.name}'s results failed: {tail}")

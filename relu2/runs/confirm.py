@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from relu2.host import git
 from relu2.vocab.schema import DTYPES, MODE_NAMES, OK, SKIPPED, Cell, parse_shape
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
 from relu2.vocab.schema import MIN_ROUNDS as DEFAULT_ROUNDS
@@ -142,7 +143,7 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
 
     device = device or default_device()
     say = compare._stderr if progress else (lambda line: None)
-    base_sha, head_sha = compare.resolve(repo, base), compare.resolve(repo, head)
+    base_sha, head_sha = git.resolve(repo, base), git.resolve(repo, head)
     compare.check_declared(repo, {base: base_sha, head: head_sha})
     compare.check_instrument_env()
     results = {_key_of(t): Confirmed(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode, t.benchmark, dict(t.params))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from relu2.host import git
 from relu2.vocab import schema
 from relu2.vocab.schema import Cell
 
@@ -100,7 +101,7 @@ def run(plan: Plan) -> int:
             with sweep.locked(plan.out, "relu2 sweep"):
                 print(f"relu2 sweep: {len(plan.cells)} cells x {len(plan.modes)} modes on {plan.device}; "
                       f"writing {plan.out}/", file=sys.stderr)
-                rows = sweep.run_resumable(plan.cells, plan.modes, plan.device, plan.machine, machine.git_commit(),
+                rows = sweep.run_resumable(plan.cells, plan.modes, plan.device, plan.machine, git.head(),
                                            partial, progress=plan.progress, budget=budget, measurer=measurer)
                 return finish(rows, plan.out, partial)
 
@@ -125,7 +126,7 @@ def finish(rows: list, out: Path, partial: Path) -> int:
 
     write_csv(rows, out / "sweep.csv")
     print(format_table(rows))
-    drawn = plot.plot_all(rows, out, repo=machine.repo_of(out))
+    drawn = plot.plot_all(rows, out, repo=git.toplevel(out))
     # Removed only now: were the table or the plots interrupted, a re-run still resumes at once.
     partial.unlink(missing_ok=True)
     print(f"\nwrote {out / 'sweep.csv'} and {len(drawn)} plot files in {out}/")

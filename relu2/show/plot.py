@@ -485,9 +485,9 @@ def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: s
         return []
     machine = max(groups(cell, "machine").items(), key=lambda kv: len(kv[1]))[0][0]
     cell = [r for r in cell if r.machine == machine]
-    from relu2.host.machine import git_order
+    from relu2.host import git
 
-    order = git_order({r.commit for r in cell}, repo)  # same-second commits: the repo's graph decides
+    order = git.order({r.commit for r in cell}, repo)  # same-second commits: the repo's graph decides
     cell.sort(key=lambda r: (r.date, order.get(r.commit, -1), r.commit))
     by_commit: dict[str, Row] = {}
     for r in cell:  # one figure per commit; an ok figure beats a failed one
