@@ -376,8 +376,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _repo(named: str | None) -> Path | None:
     """The git checkout ``--repo`` names, else the one here; None when that is no checkout."""
-    from relu2.host import machine
-
     where = Path(named) if named else Path.cwd()
     return git.toplevel(where) if where.is_dir() else None
 
@@ -385,8 +383,6 @@ def _repo(named: str | None) -> Path | None:
 def _same_commits(report: dict, base: str, head: str, repo: str | None, what: str) -> None:
     """UsageError when a gate report judged other commits than BASE and HEAD (its cells would be measured
     against commits it never saw)."""
-    from relu2.host import machine
-
     where = _repo(repo)
     for side, ref in (("base", base), ("head", head)):
         recorded = str((report.get(side) or {}).get("commit") or "")

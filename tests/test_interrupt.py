@@ -26,7 +26,8 @@ from typing import Callable
 import pytest
 
 from conftest import ROOT
-from relu2.host.lifecycle import carrying, process_table
+from relu2.host.lifecycle import carrying
+from relu2.host.proc import process_table
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,8 @@ import pytest
 import relu2
 from conftest import requires_cuda
 from relu2 import cli
-from relu2.measure.isolation import WorkerPool, death_reason
+from relu2.host.proc import death_reason
+from relu2.measure.isolation import WorkerPool
 from relu2.vocab.schema import grid_cells
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))

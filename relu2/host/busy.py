@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from relu2.host.proc import descendants, has_proc, process_table
+
 QUIET_CORES = 0.5  # other processes together using this much of one core over the window move the figures
 LISTED_CORES = 0.05  # a process using less than this is not named
 WINDOW_S = 1.0
@@ -118,22 +120,9 @@ def gpu_apps() -> list[GpuApp] | None:
 
 def cpu_times() -> dict[int, tuple[str, int]] | None:
     """pid -> (name, user + system clock ticks so far) of every process; None without /proc."""
-    proc = Path("/proc")
-    if not (proc / "self" / "stat").exists():
+    if not has_proc():
         return None
-    times = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text(errors="replace")
-        except OSError:
-            continue
-        head, _, tail = text.rpartition(")")
-        fields = tail.split()
-        if len(fields) > 12 and fields[11].isdigit() and fields[12].isdigit():
-            times[int(entry.name)] = (head.partition(" (")[2], int(fields[11]) + int(fields[12]))
-    return times
+    return {p.pid: (p.name, p.ticks) for p in process_table().values()}
 
 
 def busy_between(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]], seconds: float,
@@ -187,3 +176,37 @@ def before_measuring(command: str, require_idle: bool, gpu: bool = True) -> Quie
         raise UsageError("cannot tell whether the machine is quiet here (no nvidia-smi, no /proc): "
                          "--require-idle refuses to measure")
     return seen
+
+
+class Watch:
+    """The same rule while a run measures: between two calls of ``check`` (at most one a minute), other
+    processes' CPU use over that stretch and other processes on the GPU; a line on stderr when they
+    would move the figures.  The run's own processes (this one and all below it) are not others."""
+
+    INTERVAL_S = 60.0
+
+    def __init__(self, gpu: bool) -> None:
+        self.gpu = gpu
+        self.last: tuple[float, dict[int, tuple[str, int]] | None] | None = None
+
+    def check(self) -> None:
+        import sys
+
+        now = time.monotonic()
+        if self.last is not None and now - self.last[0] < self.INTERVAL_S:
+            return
+        table = process_table() if has_proc() else {}
+        mine = {os.getpid(), *descendants(os.getpid(), table)}
+        sample = {p.pid: (p.name, p.ticks) for p in table.values()} if table else None
+        seen = Quiet(own=mine)
+        if self.gpu:
+            apps = gpu_apps()
+            seen.gpu = None if apps is None else [a for a in apps if a.pid not in mine]
+        if self.last is not None and self.last[1] is not None and sample is not None:
+            seen.window_s = now - self.last[0]
+            seen.cpu = busy_between(self.last[1], sample, seen.window_s, os.sysconf("SC_CLK_TCK"), mine)
+            seen.cpu_cores = sum(b.cores for b in seen.cpu)
+        self.last = (now, sample)
+        if seen.quiet is False:
+            print(f"\nwarning: the machine is not quiet while it measures: {seen.busy()}; the figures may move",
+                  file=sys.stderr)

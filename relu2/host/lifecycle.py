@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from relu2.host.proc import Proc, descendants, parse_stat, process_table
+
 MARK_PREFIX = "RELU2_RUN_"  # + a token per run; its value is the pid of the run's process
 GRACE_S = 3.0  # SIGTERM, then this long to leave through Python's exit, then SIGKILL
 EXIT_INTERRUPTED = 130
@@ -91,62 +93,6 @@ def follow_parent(parent: int, signum: int = signal.SIGTERM) -> None:
 
 
 # --- the processes of a run -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Proc:
-    """One process as the process table shows it."""
-
-    pid: int
-    ppid: int
-    name: str
-    zombie: bool
-
-
-def parse_stat(text: str) -> Proc | None:
-    """A ``/proc/PID/stat`` line as a Proc (the name may hold spaces and parentheses); None if malformed."""
-    head, _, tail = text.rpartition(")")
-    pid, _, name = head.partition(" (")
-    fields = tail.split()
-    if not pid.strip().isdigit() or len(fields) < 2 or not fields[1].lstrip("-").isdigit():
-        return None
-    return Proc(int(pid), int(fields[1]), name, fields[0] in ("Z", "X"))
-
-
-def process_table() -> dict[int, Proc]:
-    """Every process visible here: /proc on Linux, ``ps`` elsewhere."""
-    table: dict[int, Proc] = {}
-    proc = Path("/proc")
-    if (proc / "self" / "stat").exists():
-        for entry in proc.iterdir():
-            if entry.name.isdigit():
-                try:
-                    parsed = parse_stat((entry / "stat").read_text(errors="replace"))
-                except OSError:
-                    continue
-                if parsed:
-                    table[parsed.pid] = parsed
-        return table
-    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,stat=,comm="], capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        parts = line.split(None, 3)
-        if len(parts) == 4 and parts[0].isdigit() and parts[1].isdigit():
-            table[int(parts[0])] = Proc(int(parts[0]), int(parts[1]), parts[3], parts[2].startswith("Z"))
-    return table
-
-
-def descendants(root: int, table: dict[int, Proc]) -> set[int]:
-    """The pids below ``root`` in ``table``'s tree (not ``root`` itself)."""
-    children: dict[int, list[int]] = {}
-    for p in table.values():
-        children.setdefault(p.ppid, []).append(p.pid)
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def carrying(variable: str, pids: Iterable[int]) -> set[int]:

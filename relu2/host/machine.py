@@ -7,33 +7,17 @@ torch is imported inside the functions that need it: this module is on ``relu2 -
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
-from relu2.vocab.errors import DeviceError, UsageError
+from typing import Any, Mapping
+
+from relu2.vocab.errors import DeviceError
 
 _DRIVER_FILE = Path("/proc/driver/nvidia/version")
-
-
-@contextlib.contextmanager
-def environ(values: Mapping[str, str]) -> Iterator[None]:
-    """``os.environ`` with ``values`` set for the block and restored after: a command run in-process
-    (tests, a library caller) leaves no variable of its run behind for the next one to inherit."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # --- the device -----------------------------------------------------------------------------------
@@ -85,40 +69,6 @@ def device_memory_bytes(device: str) -> int:
 
         return int(torch.cuda.get_device_properties(0).total_memory)
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-# --- contention: other work on the device while it is timed --------------------------------------
-
-
-def other_gpu_processes(own_pids: set[int]) -> list[str]:
-    """"pid N NAME, M MiB" of each compute process on the GPUs that is not ours; [] when none or unknowable
-    (``relu2.host.busy`` reads nvidia-smi's listing)."""
-    from relu2.host.busy import gpu_apps
-
-    return [a.describe() for a in gpu_apps() or [] if a.pid not in own_pids]
-
-
-def cpu_contention() -> float:
-    """Runnable processes beyond the one measuring (1-minute load average minus one), never below 0."""
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        return 0.0
-    return max(0.0, load - 1.0)
-
-
-def contention_warning(device: str, own_pids: set[int]) -> str:
-    """A one-line warning when other work competes with the timings on ``device``, else ""."""
-    if device == "cuda":
-        others = other_gpu_processes(own_pids | {os.getpid()})
-        if others:
-            return f"other processes are using the GPU while it is timed: {'; '.join(others)}"
-    busy = cpu_contention()
-    cores = os.cpu_count() or 1
-    if busy >= max(1.0, cores / 4):
-        return (f"the CPU is busy (load average {busy + 1:.1f} on {cores} cores) while timing: "
-                f"{'every figure' if device == 'cpu' else 'the launch figures'} may be inflated")
-    return ""
 
 
 def nvidia_driver_version() -> str:

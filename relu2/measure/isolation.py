@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
+from relu2.host.proc import death_reason
 from relu2.vocab.interface import why_not
 from relu2.vocab.schema import FAILED, SKIPPED, Cell
 
@@ -105,7 +106,7 @@ def cache_environment(root: str | os.PathLike) -> dict[str, str]:
 def private_caches(prefix: str = "relu2-") -> Iterator[Path]:
     """Empty inductor and Triton caches for the block, in this process (as each worker has them for
     its life), removed after: what is compiled in the block is all that is in them."""
-    from relu2.host.machine import environ
+    from relu2.host.proc import environ
 
     root = Path(tempfile.mkdtemp(prefix=prefix))
     try:
@@ -227,19 +228,6 @@ class _Worker:
         self.conn.close()
         if self.own_cache:
             shutil.rmtree(self.cache_dir, ignore_errors=True)
-
-
-def death_reason(exitcode: int | None) -> str:
-    """How a worker process ended, in words: "was killed by SIGSEGV (Segmentation fault)", "exited with status 3"."""
-    if exitcode is None:
-        return "stopped answering"
-    if exitcode < 0:
-        try:
-            sig = signal.Signals(-exitcode)
-            return f"was killed by {sig.name} ({signal.strsignal(sig) or sig.name})"
-        except ValueError:
-            return f"was killed by signal {-exitcode}"
-    return f"exited with status {exitcode}"
 
 
 @contextlib.contextmanager

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Protocol, Sequence
 
 from tqdm import tqdm
 
+from relu2.host import busy
 from relu2.records.rows import Row, flag_outliers, make_row, read_csv, write_csv
 from relu2.vocab.schema import ROOFLINE, Cell, check_modes
 
@@ -311,7 +312,7 @@ def run_resumable(
     if done:
         print(f"resuming: {len(done)} of {len(groups)} groups already measured in {checkpoint}", file=sys.stderr)
     rows: dict[GroupKey, list[Row]] = dict(done)
-    watch = _ContentionWatch(device, measurer)
+    watch = busy.Watch(gpu=device == "cuda")
     with tqdm(total=len(cells), desc="relu2 sweep", unit="cell", file=sys.stderr, disable=not progress) as bar:
         bar.update(sum(len(groups[key]) for key in done))
         for key, group in groups.items():
@@ -325,29 +326,6 @@ def run_resumable(
             bar.update(len(group))
     # Judged once every size is in: a checkpoint's flags saw only the inputs measured by then.
     return flag_outliers(_in_cell_order(cells, rows))
-
-
-class _ContentionWatch:
-    """Warns (stderr, at most once a minute) while other processes compete for the device being timed."""
-
-    INTERVAL_S = 60.0
-
-    def __init__(self, device: str, measurer: "Measurer | None") -> None:
-        self.device = device
-        self.own = measurer.pids() if hasattr(measurer, "pids") else set()
-        self.last = -self.INTERVAL_S
-
-    def check(self) -> None:
-        import time
-
-        from relu2.host.machine import contention_warning
-
-        if time.monotonic() - self.last < self.INTERVAL_S:
-            return
-        self.last = time.monotonic()
-        warning = contention_warning(self.device, self.own)
-        if warning:
-            print(f"\nwarning: {warning}", file=sys.stderr)
 
 
 def _resume_from(

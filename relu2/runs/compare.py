@@ -49,7 +49,7 @@ from typing import Callable, Iterator, Sequence
 
 from relu2.host import busy as quiet
 from relu2.host import git
-from relu2.host.machine import environ
+from relu2.host.proc import environ
 from relu2.vocab.errors import UsageError
 # A compare's default rounds a side: the fewest a re-measurement needs (relu2.vocab.schema.MIN_ROUNDS).
 from relu2.vocab.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
