@@ -26,13 +26,13 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from relu2.host.proc import run_child
 from relu2.vocab.schema import FAILED, Cell
 
 # --- the vocabulary ---------------------------------------------------------------------------------
@@ -265,13 +265,12 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0) -
                    "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(METRICS),
                    "--log-file", str(log),
                    sys.executable, "-m", "relu2.measure.counters", str(plan), str(done)]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        ended = run_child(command, timeout_s=timeout_s)
         raw = log.read_text() if log.exists() else ""
         if '"ID",' not in raw:  # an ncu that prints its CSV to stdout despite --log-file
-            raw = proc.stdout
-        if proc.returncode != 0 or not done.exists():
-            tail = (proc.stderr.strip().splitlines() or raw.strip().splitlines() or ["no output"])[-1]
-            raise RuntimeError(f"ncu exited {proc.returncode}: {tail}")
+            raw = ended.stdout
+        if not ended.ok or not done.exists():
+            raise RuntimeError(f"ncu {ended.why()}")
         ran = json.loads(done.read_text())
     counted = Counted(raw_csv=raw, seconds=time.perf_counter() - start)
     groups = split_launches(parse_ncu_csv(raw))

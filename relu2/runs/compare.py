@@ -49,7 +49,7 @@ from typing import Callable, Iterator, Sequence
 
 from relu2.host import busy as quiet
 from relu2.host import git
-from relu2.host.proc import environ
+from relu2.host.proc import Ended, environ, run_child
 from relu2.vocab.errors import UsageError
 # A compare's default rounds a side: the fewest a re-measurement needs (relu2.vocab.schema.MIN_ROUNDS).
 from relu2.vocab.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
@@ -249,22 +249,15 @@ def _env(side: Side, ruler: Ruler, **extra: str) -> dict[str, str]:
 
 
 def _child(action: str, request: dict, side: Side, ruler: Ruler, scratch: Path, timeout_s: float,
-           **env: str) -> tuple[int, str]:
-    """``python -m relu2.runs.compare ACTION REQUEST`` for ``side``: its exit status and the tail of its log."""
+           log: bool = True, **env: str) -> Ended:
+    """``python -m relu2.runs.compare ACTION REQUEST`` for ``side``, to its end (its output in a log
+    beside the request, or kept, ``log`` False, for an answer on stdout)."""
     path = scratch / f"{action}-{side.name}-{time.monotonic_ns()}.json"
     path.write_text(json.dumps(request), encoding="utf-8")
-    log = path.with_suffix(".log")
     # cwd: `python -m` puts it first on sys.path; the scratch folder shadows neither the instrument
     # nor the side's implementations.
-    with open(log, "w", encoding="utf-8") as out:
-        try:
-            code = subprocess.run([sys.executable, "-m", "relu2.runs.compare", action, str(path)], stdout=out,
-                                  stderr=subprocess.STDOUT, env=_env(side, ruler, **env), cwd=scratch,
-                                  timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            return 124, f"no answer in {timeout_s:g} s"
-    tail = [ln for ln in log.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
-    return code, tail[-1] if tail else f"exit {code}"
+    return run_child([sys.executable, "-m", "relu2.runs.compare", action, str(path)], timeout_s=timeout_s,
+                     env=_env(side, ruler, **env), cwd=scratch, log=path.with_suffix(".log") if log else None)
 
 
 @dataclass
@@ -306,10 +299,10 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
         from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS
 
         began = time.perf_counter()
-        code, tail = _child("round", request, side, ruler, scratch, ROUND_TIMEOUT_S,
-                            **{ENV_CACHES: str(caches[name]), ENV_ROUNDS: "1"})
-        if code != 0 or not partial.is_file():
-            raise RuntimeError(f"round {r} of {name} ({side.commit[:8]}): its process failed: {tail}")
+        ended = _child("round", request, side, ruler, scratch, ROUND_TIMEOUT_S,
+                       **{ENV_CACHES: str(caches[name]), ENV_ROUNDS: "1"})
+        if not ended.ok or not partial.is_file():
+            raise RuntimeError(f"round {r} of {name} ({side.commit[:8]}): its process {ended.why()}")
         partial.replace(result)  # a round is kept whole or not at all
         out.rounds[name].append(result)
         out.seconds[name].append(time.perf_counter() - began)
@@ -466,16 +459,12 @@ def _check(request: dict) -> int:
 
 def unsupported(side: Side, ruler: Ruler, scratch: Path, impls: Sequence[str], device: str) -> dict[str, str]:
     """Implementation -> why ``side`` cannot run it on ``device`` (absent when it can)."""
-    request = {"impls": list(impls), "device": device}
-    path = scratch / f"check-{side.name}.json"
-    path.write_text(json.dumps(request), encoding="utf-8")
-    run = subprocess.run([sys.executable, "-m", "relu2.runs.compare", "check", str(path)], capture_output=True, text=True,
-                         env=_env(side, ruler), cwd=scratch, timeout=600)
+    ended = _child("check", {"impls": list(impls), "device": device}, side, ruler, scratch, 600, log=False)
     try:
-        answer = json.loads(run.stdout.strip().splitlines()[-1])
+        answer = json.loads(ended.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        raise RuntimeError(f"{side.name} ({side.commit[:8]}): cannot list its implementations: "
-                           f"{(run.stderr.strip().splitlines() or ['?'])[-1]}") from None
+        raise RuntimeError(f"{side.name} ({side.commit[:8]}): cannot list its implementations: its process "
+                           f"{ended.why()}") from None
     return {name: why for name, why in answer.items() if why}
 
 
@@ -566,14 +555,14 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             _write_json(folder / COMPARE_FILE, info)
             done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say, keep=folder / ROUNDS_DIR)
             for side in (b, h):
-                code, tail = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
-                                               "rounds": [str(p) for p in done.rounds[side.name]],
-                                               "machine": machine, "sha": side.commit,
-                                               "date_ms": git.commit_time(root, side.commit) * 1000},
-                                    side, r, scratch, 600)
-                if code != 0:
-                    raise RuntimeError(f"writing the {side.name}'s results failed: {tail}")
-                info["gpu"] = json.loads(tail).get("gpu", "")
+                ended = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
+                                          "rounds": [str(p) for p in done.rounds[side.name]],
+                                          "machine": machine, "sha": side.commit,
+                                          "date_ms": git.commit_time(root, side.commit) * 1000},
+                               side, r, scratch, 600)
+                if not ended.ok:
+                    raise RuntimeError(f"writing the {side.name}'s results failed: its process {ended.why()}")
+                info["gpu"] = json.loads(ended.tail).get("gpu", "")
         info.update(finished_at=_now(), complete=True)
         _write_json(folder / COMPARE_FILE, info)
         shutil.rmtree(folder / ROUNDS_DIR)  # the results hold every round's figures now
