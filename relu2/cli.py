@@ -258,7 +258,6 @@ def _load_rows(source: Path, machine_name: str | None):
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from relu2.host import machine
     from relu2.host import outputs
     from relu2.show import plot
 
@@ -340,6 +339,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from relu2.records import compare_folder
     from relu2.runs import compare
     from relu2.host import lifecycle
 
@@ -347,15 +347,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         from relu2.vocab.errors import UsageError
 
         raise UsageError("--resume needs --out DIR: the incomplete compare to continue")
-    out = Path(args.out) if args.out else compare.default_out()
+    out = Path(args.out) if args.out else compare_folder.default_out()
     if args.noise_model or os.environ.get("RELU2_NOISE_MODEL"):
         from relu2.judge import noise
 
         noise.load_models(args.noise_model)  # a model that does not read is refused before anything is measured
 
     def saved() -> str:
-        return (f"{compare.kept_rounds(out)} rounds are kept in {out / compare.ROUNDS_DIR} (compare.json: complete false; "
-                f"--resume --out {out} measures the rest)" if (out / compare.COMPARE_FILE).exists()
+        return (f"{compare_folder.kept_rounds(out)} rounds are kept in {out / compare_folder.ROUNDS_DIR} (compare.json: complete false; "
+                f"--resume --out {out} measures the rest)" if (out / compare_folder.COMPARE_FILE).exists()
                 else "nothing was written")
 
     with lifecycle.guard("relu2 compare", saved):
@@ -398,7 +398,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     from relu2.host import machine
     from relu2.host import outputs
     from relu2.host import busy as quiet
-    from relu2.records.rows import atomic_write_text
+    from relu2.host.files import atomic_write_text
 
     targets, not_cells = list(args.cell), []
     if args.from_gate:
@@ -479,12 +479,12 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def cmd_noise(args: argparse.Namespace) -> int:
-    from relu2.judge import gate
+    from relu2.judge import learn
 
     if args.action == "check":
         if not args.results and not args.same_box:
             return _fail("noise", "check needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
-        print(gate.format_check(gate.noise_check(args.results, args.exclude_box, same_box=args.same_box)))
+        print(learn.format_check(learn.noise_check(args.results, args.exclude_box, same_box=args.same_box)))
         return 0
     if not args.out:
         return _fail("noise", "learn needs --out FILE (the shipped model, relu2/noise_model.json, is written only "
@@ -499,8 +499,8 @@ def cmd_noise(args: argparse.Namespace) -> int:
     outputs.claim_file(args.out, force=args.force, own=noise.holds_models)
     command = " ".join(["relu2 noise learn", *args.results, *(f"--same-box {d}" for d in args.same_box),
                         *(f"--exclude-box {b}" for b in args.exclude_box), f"--out {args.out}"])
-    boxes = gate.resolve_boxes(args.results, args.exclude_box) if args.exclude_box else []
-    model = gate.noise_learn(args.results, args.out, same_box=args.same_box, exclude_boxes=boxes, command=command)
+    boxes = learn.resolve_boxes(args.results, args.exclude_box) if args.exclude_box else []
+    model = learn.noise_learn(args.results, args.out, same_box=args.same_box, exclude_boxes=boxes, command=command)
     for f in model.fits:
         print(f"{f.family:<14} {f.mode:<6} {f.band:<8} {f.cells:>5} cases from {f.pairs:>2} pairs; ratio at 1000 "
               f"gated cells {model.ratio(f.key, 1000):.3f}x")

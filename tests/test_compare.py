@@ -14,6 +14,7 @@ import pytest
 
 from conftest import HAS_CUDA, ROOT, refused
 from relu2 import cli
+from relu2.records import compare_folder
 from relu2.runs import compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
@@ -171,7 +172,7 @@ def test_an_aa_compare_writes_the_layout_and_flags_no_kernel(planted, tmp_path):
         assert all(len(r.samples) == 12 for r in timed if r.status == "ok"), side  # one median a round
         assert all(r.status == "ok" for r in timed)
     assert (out / "report.json").is_file() and (out / "report.txt").is_file()
-    assert not (out / compare.ROUNDS_DIR).exists()  # the results hold the rounds now
+    assert not (out / compare_folder.ROUNDS_DIR).exists()  # the results hold the rounds now
     assert subprocess.run(["git", "-C", str(repo), "worktree", "list"], capture_output=True,
                           text=True).stdout.count("\n") == 1  # the worktrees are gone
 
@@ -245,9 +246,9 @@ def test_a_stopped_compare_keeps_its_rounds_and_resume_measures_only_the_rest(pl
             break
     lines += run.stderr.readlines()
     assert run.wait(timeout=120) != 0, "".join(lines)
-    kept = sorted(p.name for p in (out / compare.ROUNDS_DIR).glob("*.pickle"))
+    kept = sorted(p.name for p in (out / compare_folder.ROUNDS_DIR).glob("*.pickle"))
     assert kept == ["round-1-base.pickle", "round-1-head.pickle"], "".join(lines)
-    assert not list((out / compare.ROUNDS_DIR).glob("*.partial"))
+    assert not list((out / compare_folder.ROUNDS_DIR).glob("*.partial"))
     assert json.loads((out / "compare.json").read_text())["complete"] is False
     assert "2 rounds are kept" in lines[-1] and "--resume" in lines[-1], lines[-1]
 
@@ -256,7 +257,7 @@ def test_a_stopped_compare_keeps_its_rounds_and_resume_measures_only_the_rest(pl
     other = subprocess.run([*bad, "--resume"], cwd=ROOT,
                            capture_output=True, text=True, env=dict(os.environ, **QUICK), timeout=300)
     assert other.returncode == 2 and "another rounds" in other.stderr, other.stderr
-    assert other.stderr.count("\n") == 1 and len(kept) == len(list((out / compare.ROUNDS_DIR).iterdir()))
+    assert other.stderr.count("\n") == 1 and len(kept) == len(list((out / compare_folder.ROUNDS_DIR).iterdir()))
 
     done = subprocess.run([*argv, "--resume"], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, **QUICK), timeout=600)
@@ -264,7 +265,7 @@ def test_a_stopped_compare_keeps_its_rounds_and_resume_measures_only_the_rest(pl
     assert done.stderr.count("kept from the earlier run") == 2, done.stderr
     assert "round 2/2 head" in done.stderr and "round 2/2 base" in done.stderr
     info = json.loads((out / "compare.json").read_text())
-    assert info["complete"] is True and not (out / compare.ROUNDS_DIR).exists()
+    assert info["complete"] is True and not (out / compare_folder.ROUNDS_DIR).exists()
     timed = [r for r in _records(out / "head") if r.benchmark.endswith("_hot") and r.status == "ok"]
     assert timed and all(len(r.samples) == 2 for r in timed)  # both rounds, the kept one included
     again = subprocess.run([*argv, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -281,14 +282,14 @@ def test_a_refused_resume_says_only_why_even_on_a_busy_machine(tmp_path, capsys,
         "relu2 compare: warning: the machine is not quiet", file=sys.stderr))
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     out = tmp_path / "c"
-    (out / compare.ROUNDS_DIR).mkdir(parents=True)
-    (out / compare.ROUNDS_DIR / "round-1-base.pickle").write_bytes(b"kept")
-    (out / compare.COMPARE_FILE).write_text(json.dumps({
-        "format": compare.FORMAT, "box": compare.box_id(), "machine": "ci", "device": "cpu",
+    (out / compare_folder.ROUNDS_DIR).mkdir(parents=True)
+    (out / compare_folder.ROUNDS_DIR / "round-1-base.pickle").write_bytes(b"kept")
+    (out / compare_folder.COMPARE_FILE).write_text(json.dumps({
+        "format": compare_folder.FORMAT, "box": compare.box_id(), "machine": "ci", "device": "cpu",
         "base": {"ref": "HEAD", "sha": sha}, "head": {"ref": "HEAD", "sha": sha}, "rounds": 2,
         "complete": False, "started_at": "2026-12-03T00:00:00+00:00"}))
     monkeypatch.chdir(ROOT)
     line = refused(["compare", "HEAD", "HEAD", "--device", "cpu", "--machine", "ci", "--rounds", "3",
                     "--resume", "--out", str(out)], capsys, "another rounds")
     assert not warned and "warning" not in line
-    assert (out / compare.ROUNDS_DIR / "round-1-base.pickle").read_bytes() == b"kept"
+    assert (out / compare_folder.ROUNDS_DIR / "round-1-base.pickle").read_bytes() == b"kept"

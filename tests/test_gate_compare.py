@@ -17,7 +17,8 @@ import asv_fixture as fx  # noqa: E402
 
 from relu2 import cli
 from relu2.judge import noise  # noqa: E402
-from relu2.judge.gate import GateInputError, compare_runs, gate_compare, noise_check, noise_learn  # noqa: E402
+from relu2.judge.gate import GateInputError, gate_compare  # noqa: E402
+from relu2.judge.learn import compare_runs, noise_check, noise_learn  # noqa: E402
 from relu2.vocab.schema import MODE_NAMES, mode  # noqa: E402
 
 from conftest import refused  # noqa: E402
@@ -337,7 +338,7 @@ def test_names_a_folder_records_are_refused_unless_plain(tmp_path, where, key, v
 
 
 def test_honest_names_are_read():
-    from relu2.judge.gate import BOX_ID, RECORDED_NAME
+    from relu2.records.compare_folder import BOX_ID, RECORDED_NAME
 
     assert BOX_ID.fullmatch("8c1f2a3e-5b6d-4e7f-8a9b-0c1d2e3f4a5b") and BOX_ID.fullmatch("h200-l:1")
     for name in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "2.9.0+cu128", "570.133.20", "12.8", "n/a", "none", fx.GPU):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from relu2 import cli
-from relu2.runs import compare
+from relu2.records import compare_folder
 from relu2.host import outputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
@@ -141,7 +141,7 @@ def test_name_part_takes_plain_names():
 
 def test_compare_default_folder_is_made_on_the_way(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    default = compare.default_out()
+    default = compare_folder.default_out()
     assert not default.parent.exists()
     assert outputs.claim_dir(default) == default  # .asv/compare/ is made when the compare writes
     assert not default.parent.exists()

@@ -18,7 +18,8 @@ import asv_fixture as fx  # noqa: E402
 from relu2 import cli
 from relu2.runs import asv_run
 from relu2.measure import sweep  # noqa: E402
-from relu2.records.rows import atomic_write_text, read_csv, write_csv  # noqa: E402
+from relu2.host.files import atomic_write_text  # noqa: E402
+from relu2.records.rows import read_csv, write_csv  # noqa: E402
 from relu2.vocab.schema import grid_cells as default_cells  # noqa: E402
 from relu2.measure.sweep import run_resumable  # noqa: E402
 from relu2.measure.timing import Budget  # noqa: E402

@@ -27,14 +27,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import itertools
-import json
 import math
 import os
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from relu2.judge import noise
 from relu2.records.asv_results import Measurement, box_of, commit_dates, iso_date, load_measurements, \
@@ -45,6 +43,8 @@ from relu2.host.machine import is_cpu_machine
 from relu2.judge.noise import NoiseModel
 from relu2.vocab.schema import OK
 from relu2.records.asv_names import MODULE, SUMMARY, Cell, decode
+from relu2.records import compare_folder
+from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, shown
 from relu2.judge.rule import GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
     family_of, read_remeasurement, spread
 
@@ -52,11 +52,6 @@ UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, 
 REPORTED_BEYOND = 1.10  # a cell not gated is listed (never failing) when it moved more than this
 FAILED_BASE_LIMIT = 0.5  # a base with more failed cells than this says nothing about head
 STACK = ("torch", "triton", "cuda", "driver")  # machine.json keys whose change moves every figure
-# What a compare folder may record (it was written where the head's code ran, and these strings reach
-# a pull-request comment): a box id (a boot id, a host name), and GPU and software names such as
-# "NVIDIA H200", "2.9.0+cu128", "570.133.20".  Anything else is refused, not escaped.
-BOX_ID = re.compile(r"[A-Za-z0-9._:-]{1,100}")
-RECORDED_NAME = re.compile(r"[A-Za-z0-9 ._:+()/-]{0,100}")
 # The environment that narrows the suites (benchmarks/bench_relu2.py): never the plan's.
 PLAN_ENV_PREFIX, PLAN_ENV = "RELU2_BENCH_", ("RELU2_INSTRUMENT",)
 
@@ -309,59 +304,12 @@ def gate(
 # --- the compare layout (relu2 compare) -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CompareFolder:
-    """A compare folder's compare.json, checked (the layout: docs/tracking.md)."""
-
-    path: Path
-    box: str
-    machine: str
-    gpu: str
-    base: str  # full hashes
-    head: str
-    rounds: int
-    suites: tuple[str, ...] = ()  # what the compare measured: the suites, how narrowed, which cells only
-    narrowed: Any = field(default=None, compare=False)
-    cells: Any = field(default=None, compare=False)
-
-
-def _shown(value: Any, limit: int = 60) -> str:
-    """A value from a folder in a one-line message (which CI quotes in a comment): its repr, cut, with
-    every character but letters, digits and ``' " . , _ : + - / = ( ) { } space`` shown as ``?``."""
-    text = re.sub(r"[^A-Za-z0-9'\" .,_:+\-/=(){} ]", "?", repr(value))
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
 def read_compare(folder: str | os.PathLike) -> CompareFolder:
-    """DIR/compare.json, checked: format 1, complete, both shas, a box id and a GPU name of the allowed
-    characters; GateInputError naming what is wrong."""
-    path = Path(folder)
-    meta = path / "compare.json"
+    """The compare folder's compare.json, checked (``relu2.records.compare_folder``); GateInputError when not."""
     try:
-        data = json.loads(meta.read_text())
-        if data.get("format") != 1:
-            raise ValueError(f"format {data.get('format')!r}, not 1")
-        out = CompareFolder(path, str(data["box"]), str(data["machine"]), str(data.get("gpu", "")),
-                            str(data["base"]["sha"]), str(data["head"]["sha"]), int(data.get("rounds", 0)),
-                            tuple(str(s) for s in data.get("suites") or ()), data.get("narrowed"), data.get("cells"))
-        complete = data["complete"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise GateInputError(f"{meta}: not a relu2 compare folder ({type(e).__name__}: {e})") from None
-    if complete is not True:
-        raise GateInputError(f"{meta}: the compare did not finish (complete: {json.dumps(complete)}): its rounds "
-                             "are not all there, so there is no verdict; measure it again")
-    if not out.box:
-        raise GateInputError(f"{meta}: no box recorded")
-    if not BOX_ID.fullmatch(out.box):
-        raise GateInputError(f"{meta}: box {_shown(out.box)} is no box id (letters, digits and . _ : - only, "
-                             "at most 100): not read")
-    if not RECORDED_NAME.fullmatch(out.gpu):
-        raise GateInputError(f"{meta}: gpu {_shown(out.gpu)} is no GPU name (letters, digits, spaces and . _ : + ( ) / - "
-                             "only, at most 100): not read")
-    for side in ("base", "head"):
-        if not (path / side).is_dir():
-            raise GateInputError(f"{path / side}: missing (a compare folder holds base/ and head/ results folders)")
-    return out
+        return compare_folder.read_compare(folder)
+    except ResultsError as e:
+        raise GateInputError(str(e)) from None
 
 
 def compare_sides(folder: CompareFolder) -> tuple[Side, Side]:
@@ -385,7 +333,7 @@ def check_gpu(meta: CompareFolder, base: Side, head: Side, expect_gpu: str | Non
         for key in ("gpu", *STACK):
             value = side.info.get(key)
             if value is not None and not RECORDED_NAME.fullmatch(str(value)):
-                raise GateInputError(f"{meta.path / name}: machine.json {key} {_shown(value)} is no name (letters, "
+                raise GateInputError(f"{meta.path / name}: machine.json {key} {shown(value)} is no name (letters, "
                                      "digits, spaces and . _ : + ( ) / - only, at most 100): not read")
     named = {"base machine.json": str(base.info.get("gpu", "")), "head machine.json": str(head.info.get("gpu", "")),
              "compare.json": meta.gpu}
@@ -446,9 +394,9 @@ class Plan:
         """GateInputError unless the compare measured every suite of the plan, unnarrowed."""
         wrong = []
         if sorted(meta.suites) != sorted(self.suites):
-            wrong.append(f"suites {_shown(list(meta.suites), 200)}, not all of {', '.join(self.suites)}")
+            wrong.append(f"suites {shown(list(meta.suites), 200)}, not all of {', '.join(self.suites)}")
         if meta.narrowed:
-            wrong.append(f"narrowed by {_shown(meta.narrowed, 200)}")
+            wrong.append(f"narrowed by {shown(meta.narrowed, 200)}")
         if meta.cells is not None:
             wrong.append("only some cells (relu2 confirm's cells)")
         if wrong:
@@ -544,7 +492,7 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
         raise GateInputError(f"{path}: a re-measurement of {again.base[:8]} -> {again.head[:8]}, not of "
                              f"{base.commit[:8]} -> {head.commit[:8]}")
     if machine is not None and again.machine != machine:
-        raise GateInputError(f"{path}: a re-measurement on machine {_shown(again.machine)}, not on {_shown(machine)}, "
+        raise GateInputError(f"{path}: a re-measurement on machine {shown(again.machine)}, not on {shown(machine)}, "
                              "where the compare measured: not read")
     by_key = {(m.benchmark, m.params): m for m in base.measurements}
 
@@ -554,172 +502,3 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
 
     result = confirm(flagged, again, rule_of, paired)
     return result.confirmed + result.not_remeasured, result.unconfirmed, result.contradicted
-
-
-# --- learning and checking the model ----------------------------------------------------------------
-
-
-def compare_runs(folder: str | os.PathLike) -> tuple[noise.Run, noise.Run]:
-    """A compare folder's two sides as runs of its box (for the same-box model)."""
-    meta = read_compare(folder)
-    b, h = compare_sides(meta)
-    return tuple(noise.Run(meta.box, s.machine, s.commit, str(s.info.get("gpu", "")), noise.l2_of(s.info),
-                           tuple(s.measurements), str(folder)) for s in (b, h))  # type: ignore[return-value]
-
-
-def cross_box_seen(results_dirs: Sequence[str], exclude_boxes: Sequence[str] = ()) -> tuple[list, list, dict]:
-    """The pairs of boxes in ``results_dirs`` (of the GPU model most runs have) and the model's fixed
-    arguments (gpu, l2, widths)."""
-    runs = [r for d in results_dirs for r in noise.runs_in(d) if r.box not in exclude_boxes]
-    gpus = [r.gpu for r in runs if noise.is_gpu(r.gpu)]
-    if not gpus:
-        raise GateInputError("no GPU runs to learn from (a CPU machine's cross-box timings are not gated)")
-    gpu = max(set(gpus), key=gpus.count)
-    mine = [r for r in runs if r.gpu == gpu]
-    l2 = next((r.l2_bytes for r in mine if r.l2_bytes), None)
-    if l2 is None:
-        raise GateInputError(f"no L2 size known for {gpu!r}: record l2_bytes in machine.json")
-    seen = [noise.seen_in(a, b, l2, paired=False) for a, b in noise.cross_box_pairs(mine)]
-    if not seen:
-        raise GateInputError(f"no two boxes of {gpu} in one results folder in {', '.join(results_dirs)}: "
-                             "nothing moved between boxes to learn from")
-    return seen, mine, {"gpu": gpu, "kind": noise.CROSS_BOX, "l2_bytes": l2, "book": noise.WidthBook(mine)}
-
-
-def same_box_seen(compare_dirs: Sequence[str]) -> tuple[list, list, dict]:
-    """The A/A pairs of compare folders (cells whose fingerprint is the same on both sides)."""
-    pairs = [compare_runs(d) for d in compare_dirs]
-    gpus = {a.gpu for a, _ in pairs}
-    if len(gpus) != 1:
-        raise GateInputError(f"compare folders of several GPU models ({', '.join(sorted(gpus))}): one model per GPU")
-    gpu = gpus.pop()
-    l2 = next((r.l2_bytes for p in pairs for r in p if r.l2_bytes), None)
-    if l2 is None:
-        raise GateInputError(f"no L2 size known for {gpu or 'this machine'}: record l2_bytes in machine.json")
-    seen = [noise.seen_in(a, b, l2, paired=True) for a, b in pairs]
-    runs = [r for p in pairs for r in p]
-    return seen, runs, {"gpu": gpu, "kind": noise.SAME_BOX, "l2_bytes": l2,
-                        "book": noise.WidthBook(runs, noise.paired_widths_of)}
-
-
-def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box: Sequence[str] = (),
-                exclude_boxes: Sequence[str] = (), command: str = "") -> NoiseModel:
-    """Learn one model (cross-box from results folders, or same-box from compare folders) and write it
-    to ``out``: replacing the model of the same GPU and kind that ``out`` already holds, keeping the rest."""
-    try:
-        if same_box:
-            seen, runs, fixed = same_box_seen(same_box)
-        else:
-            seen, runs, fixed = cross_box_seen(results_dirs, exclude_boxes)
-        sources = [*results_dirs, *same_box, *(f"without {b}" for b in exclude_boxes)]
-        model = noise.learn(seen, sources=sources, command=command, **fixed)
-    except (ResultsError, noise.NoiseModelError) as e:
-        raise GateInputError(str(e)) from None
-    kept = []
-    if Path(out).is_file():
-        try:
-            kept = [m for m in noise.load_models(out) if (m.gpu, m.kind) != (model.gpu, model.kind)]
-        except noise.NoiseModelError as e:
-            raise GateInputError(f"{e}: not overwritten") from None
-    noise.save_models([*kept, model], out)
-    return model
-
-
-def boxes_in(results_dirs: Sequence[str]) -> list[str]:
-    """Every recorded box (results folder and machine) in ``results_dirs``."""
-    try:
-        return [box_of(d, m) for d in results_dirs for m in machines(d)]
-    except ResultsError as e:
-        raise GateInputError(str(e)) from None
-
-
-def resolve_boxes(results_dirs: Sequence[str], names: Sequence[str]) -> list[str]:
-    """Boxes named ``FOLDER:MACHINE`` (or a machine name that exactly one box has); GateInputError for
-    a name no box has, or one that several share."""
-    known = boxes_in(results_dirs)
-    out = []
-    for name in names:
-        if name in known:
-            out.append(name)
-            continue
-        norm = [b for b in known if b == f"{os.path.normpath(name.rsplit(':', 1)[0])}:{name.rsplit(':', 1)[-1]}"]
-        by_machine = [b for b in known if b.rsplit(":", 1)[-1] == name]
-        found = norm or by_machine
-        if len(found) != 1:
-            what = "no box" if not found else f"{len(found)} boxes ({', '.join(found)})"
-            raise GateInputError(f"{name!r} names {what}; boxes: {', '.join(known) or 'none'} "
-                                 "(name one as FOLDER:MACHINE)")
-        out.append(found[0])
-    return out
-
-
-def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
-                factors: Sequence[float] = (1.05, 1.07, 1.10, 1.20), *,
-                same_box: Sequence[str] = ()) -> dict[str, Any]:
-    """Leave-one-box-out, by the gate's own rule: learn without each box in turn (``held_out``, default
-    every box in a cross-box pair; with ``same_box`` compare folders, every box that made one), judge
-    every pair that includes it both ways, and count (a) the no-change comparisons that fail (any false
-    flag) and (b) per family, mode and band, the share of cases caught when the head's cells are made
-    ``factor`` slower; each for the pairs of today's methods (rounds) and for all."""
-    if same_box:
-        if results_dirs or held_out:
-            raise GateInputError("a same-box check leaves each box of its compare folders out in turn: "
-                                 "no RESULTS_DIR or --exclude-box beside --same-box")
-        seen, runs, fixed = same_box_seen(same_box)
-        named = []
-    else:
-        named = resolve_boxes(results_dirs, held_out) if held_out else []
-        seen, runs, fixed = cross_box_seen(results_dirs)
-    boxes = sorted({b for p in seen for b in p.boxes})
-    if len(boxes) < 2:
-        raise GateInputError(f"compares of {len(boxes)} box: leaving a box out needs at least two")
-    chosen = named or boxes
-    comparisons: dict[tuple[str, str], dict] = {}
-    groups: dict[str, dict[tuple, dict]] = {"today": {}, "all": {}}
-    for box in chosen:
-        model, cases = noise.held_out(seen, box, **fixed)
-        for group, moved, base_s, width, log_ratio, name, today in cases:
-            rule = Rule(True, math.exp(log_ratio), model.floor_s, width=width)
-            c = comparisons.setdefault((box, name), {"held_out": box, "comparison": name, "today": today,
-                                                     "gated": 0, "false_flags": 0})
-            c["gated"] += 1
-            flagged = _flags(moved, base_s, rule, 1.0)
-            c["false_flags"] += flagged
-            for kind in ("today", "all") if today else ("all",):
-                g = groups[kind].setdefault(group, {"cases": 0, "false": 0, **{f: 0 for f in factors}})
-                g["cases"] += 1
-                g["false"] += flagged
-                for f in factors:
-                    g[f] += _flags(moved, base_s, rule, f)
-    return {"comparisons": list(comparisons.values()), "groups": groups, "boxes": chosen, "factors": list(factors)}
-
-
-def _flags(moved: float, base_s: float, rule: Rule, factor: float) -> bool:
-    from relu2.judge.rule import Figure, is_slower
-
-    return is_slower(Figure(base_s), Figure(base_s * math.exp(moved) * factor), rule)
-
-
-def format_check(check: dict[str, Any]) -> str:
-    """``noise_check`` as text: the no-change comparisons, then per family, mode and band the false
-    flags and the share of cases caught at each planted slowdown."""
-    lines = []
-    for kind, title in (("today", "pairs of today's methods (rounds)"), ("all", "all pairs (earlier methods too)")):
-        comps = [c for c in check["comparisons"] if c["today"] or kind == "all"]
-        failing = [c for c in comps if c["false_flags"]]
-        lines += ["" if lines else None, f"{title}, each box left out in turn ({len(check['boxes'])} boxes): "
-                  f"{len(failing)} of {len(comps)} no-change comparisons fail "
-                  f"({sum(c['false_flags'] for c in comps)} false flags in {sum(c['gated'] for c in comps)} "
-                  "gated cells)"]
-        lines += [f"  fails: {c['comparison']} (learned without {c['held_out']}): {c['false_flags']} false flags"
-                  for c in failing]
-        factors = check["factors"]
-        header = ("family", "mode", "band", "cases", "false", *(f"{f:g}x" for f in factors))
-        rows = [header]
-        for g in sorted(check["groups"][kind], key=noise._group_order):
-            v = check["groups"][kind][g]
-            rows.append((*g, str(v["cases"]), str(v["false"]), *(f"{v[f] / v['cases']:.0%}" for f in factors)))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        lines += ["  caught: the share of cases flagged with the head's cell made that much slower"]
-        lines += ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(len(r))).rstrip() for r in rows]
-    return "\n".join(line for line in lines if line is not None)

@@ -240,7 +240,7 @@ def model_for(models: Sequence[NoiseModel], gpu: str, kind: str) -> NoiseModel |
 
 
 def save_models(models: Sequence[NoiseModel], path: str | os.PathLike) -> None:
-    from relu2.records.rows import atomic_write_text
+    from relu2.host.files import atomic_write_text
 
     atomic_write_text(path, json.dumps({"format": 2, "models": [m.as_json() for m in models]}, indent=1,
                                        sort_keys=True) + "\n")

@@ -3,12 +3,12 @@ docs/tracking.md).  Figures are written with relu2.vocab.schema's formatters."""
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
+from relu2.host.files import json_text
 from relu2.vocab.schema import FAILED, format_bytes, format_seconds
 from relu2.judge.rule import Change, Spread
 
@@ -268,23 +268,12 @@ class GateReport:
 
     def render(self, fmt: str) -> str:
         if fmt == "json":  # strict JSON: NaN is no JSON value, and clients other than Python reject it
-            return json.dumps(_json_safe(self.as_json()), indent=2, sort_keys=True, allow_nan=False)
+            return json_text(self.as_json(), indent=2, sort_keys=True)
         return self.markdown() if fmt == "markdown" else self.format()
 
 
 # ---------------------------------------------------------------------------------------------
 # pure helpers
-
-
-def _json_safe(value: Any) -> Any:
-    """``value`` with every non-finite float (no figure) as None, which JSON spells null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 def _count(items: list, noun: str) -> str:

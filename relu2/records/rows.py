@@ -10,13 +10,13 @@ import csv
 import io
 import math
 import os
-import tempfile
 from dataclasses import asdict, field, make_dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
 from relu2.vocab.schema import COLUMN_NAMES, COLUMNS, OK, OUTLIER, OUTLIER_FACTOR, ROOFLINE, derive
-from relu2.vocab.errors import CsvError, WriteError
+from relu2.host.files import atomic_write_text
+from relu2.vocab.errors import CsvError
 
 Row = make_dataclass(
     "Row",
@@ -100,35 +100,6 @@ def write_stdout(text: str) -> None:
     while data:
         data = data[sys.stdout.buffer.write(data) or 0:]
     sys.stdout.buffer.flush()
-
-
-def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
-    """Write ``text`` (or bytes) to ``path`` through a temporary file and a rename, so a crash never
-    leaves half a file.  The file gets the mode a plain open() would give it; errors name ``path``,
-    never the temporary file.
-    """
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise WriteError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
-    umask = os.umask(0)  # mkstemp makes the file owner-only; give it the mode a plain open() would
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)
-    try:
-        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else
-              os.fdopen(fd, "w", encoding="utf-8", newline="")) as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        raise WriteError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def csv_text(rows: Iterable[Row]) -> str:

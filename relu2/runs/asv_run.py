@@ -60,7 +60,7 @@ from typing import Any, Iterator, Sequence
 from relu2.host import git
 from relu2.vocab.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION
 from relu2.host.proc import environ
-from relu2.records.rows import atomic_write_text
+from relu2.host.files import atomic_write_text
 from relu2.vocab.schema import env_flag
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from relu2.host import git
+from relu2.host.files import finite
 from relu2.vocab.schema import MIN_ROUNDS, OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
 
 STATE_FORMAT = 1
@@ -378,7 +379,7 @@ def load_steps(plan: Plan, state: Path | None) -> list[Step]:
 def save_steps(plan: Plan, steps: Sequence[Step], state: Path | None) -> None:
     if state is None:
         return
-    from relu2.records.rows import atomic_write_text
+    from relu2.host.files import atomic_write_text
 
     atomic_write_text(state, json.dumps({"format": STATE_FORMAT, **asdict(plan), "steps": [asdict(s) for s in steps]},
                                         indent=1, allow_nan=True) + "\n")
@@ -539,22 +540,12 @@ class Report:
 
     def as_json(self) -> dict:
         """The report as plain data, a figure that is not a number as null (strict JSON)."""
-        return _no_nan({"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
+        return finite({"format": STATE_FORMAT, "repo": self.repo, "good": self.plan.commits[0], "bad": self.plan.commits[-1],
                 "commits": self.plan.commits, "factor": self.plan.factor, "factors": self.plan.factors,
                 "budget": self.plan.budget,
                 "measured_steps": sum(s.measured for s in self.steps), "state": self.state,
                 "cells": [asdict(f) for f in self.findings], "steps": [asdict(s) for s in self.steps],
                 "exit": self.exit_code})
-
-
-def _no_nan(data):
-    if isinstance(data, float) and not math.isfinite(data):
-        return None
-    if isinstance(data, dict):
-        return {k: _no_nan(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_no_nan(v) for v in data]
-    return data
 
 
 def model_factors(targets: Mapping[str, object], gpu: str) -> dict[str, float]:

@@ -50,16 +50,14 @@ from typing import Callable, Iterator, Sequence
 from relu2.host import busy as quiet
 from relu2.host import git
 from relu2.host.proc import Ended, environ, run_child
+from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, check_resumable, incomplete,
+                                         write_info)
 from relu2.vocab.errors import UsageError
 # A compare's default rounds a side: the fewest a re-measurement needs (relu2.vocab.schema.MIN_ROUNDS).
 from relu2.vocab.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
 from relu2.vocab.schema import MIN_ROUNDS as DEFAULT_ROUNDS
 from relu2.vocab.schema import SKIPPED  # also the key under which a commit says why it has no figures
 
-FORMAT = 1
-COMPARE_FILE = "compare.json"
-ROUNDS_DIR = "rounds"  # a run's rounds as they end, until its results are written (--resume reads them)
-SIDE_NAMES = ("base", "head")
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
 ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
 
@@ -485,12 +483,6 @@ def ruler(scratch: Path) -> Iterator[Ruler]:
         yield Ruler(copy, suites)
 
 
-def _write_json(path: Path, data: dict) -> None:
-    from relu2.records.rows import atomic_write_text
-
-    atomic_write_text(path, json.dumps(data, indent=2) + "\n")
-
-
 def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.PathLike | None = None,
             suites: Sequence[str] = (), rounds: int = DEFAULT_ROUNDS, machine: str | None = None,
             device: str | None = None, cells: Sequence | None = None, say: Say = _stderr,
@@ -552,7 +544,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
         with ruler(scratch) as r, sides(root, shas["base"], shas["head"], scratch, say) as (b, h):
             check_measured_env([b.measured, h.measured])
             (folder / ROUNDS_DIR).mkdir(parents=True, exist_ok=True)
-            _write_json(folder / COMPARE_FILE, info)
+            write_info(folder, info)
             done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say, keep=folder / ROUNDS_DIR)
             for side in (b, h):
                 ended = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
@@ -564,56 +556,15 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
                     raise RuntimeError(f"writing the {side.name}'s results failed: its process {ended.why()}")
                 info["gpu"] = json.loads(ended.tail).get("gpu", "")
         info.update(finished_at=_now(), complete=True)
-        _write_json(folder / COMPARE_FILE, info)
+        write_info(folder, info)
         shutil.rmtree(folder / ROUNDS_DIR)  # the results hold every round's figures now
     say(f"relu2 compare: wrote {folder} (base {shas['base'][:8]}, head {shas['head'][:8]}, {rounds} rounds, "
         f"order {' '.join(s[0].upper() for s in info['order'])})")
     return folder
 
 
-# What must match for a compare to be resumed: the same measurement, on the same boot of the same box.
-RESUME_KEYS = ("box", "machine", "device", "base", "head", "rounds", "suites", "narrowed", "cells", "instrument")
-
-
-def kept_rounds(folder: Path) -> int:
-    """How many measured rounds an incomplete compare in ``folder`` keeps for ``--resume``."""
-    return len(list((folder / ROUNDS_DIR).glob("round-*.pickle")))
-
-
-def incomplete(folder: Path) -> dict:
-    """The compare.json of an incomplete compare in ``folder``; UsageError (one line) if there is none."""
-    path = folder / COMPARE_FILE
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--resume: {folder} holds no {COMPARE_FILE} (nothing to resume)") from None
-    except (OSError, ValueError) as e:
-        raise UsageError(f"--resume: {path} is unreadable ({e})") from None
-    if not isinstance(info, dict) or info.get("format") != FORMAT:
-        raise UsageError(f"--resume: {path} is not a compare of format {FORMAT}")
-    if info.get("complete"):
-        raise UsageError(f"--resume: {folder} is complete (judge it: relu2 gate --compare {folder})")
-    return info
-
-
-def check_resumable(folder: Path, earlier: dict, now: dict) -> None:
-    """UsageError naming the first difference that makes ``earlier``'s rounds unpairable with ``now``'s."""
-    for key in RESUME_KEYS:
-        if earlier.get(key) != now.get(key):
-            why = " (another boot or another box: rounds of two boxes are not paired)" if key == "box" else ""
-            raise UsageError(f"--resume: {folder} was measured with another {key}{why}: "
-                             f"{json.dumps(earlier.get(key))} against {json.dumps(now.get(key))}")
-
-
-def default_out() -> Path:
-    """Where a compare writes when no --out is given: a new folder under .asv/compare/ here."""
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path(".asv") / "compare" / f"compare-{stamp}-{os.getpid()}"
-
-
 # --- the verdict -------------------------------------------------------------------------------------
 
-REPORT_FORMATS = {"text": "report.txt", "markdown": "report.md", "json": "report.json"}
 
 
 def judge(folder: str | os.PathLike, fmt: str = "text", *, factor: float | None = None,
@@ -622,7 +573,7 @@ def judge(folder: str | os.PathLike, fmt: str = "text", *, factor: float | None 
     of this GPU, or ``factor``) in ``fmt``, and its exit status (relu2 gate's); every format is written
     to ``folder/report.*``."""
     from relu2.judge import gate
-    from relu2.records.rows import atomic_write_text
+    from relu2.host.files import atomic_write_text
 
     report = gate.gate_compare(folder, factor=factor, noise_model=noise_model)
     rendered = {f: report.render(f) for f in REPORT_FORMATS}

@@ -78,7 +78,6 @@ def run(plan: Plan) -> int:
     """Measure ``plan`` into ``plan.out``: CSV, table and plots; 0, or 1 (a figure failed).  Interrupted,
     it ends the sweep's processes, says what it kept and raises ``relu2.host.lifecycle.Interrupted`` (130)."""
     from relu2.host import lifecycle
-    from relu2.host import machine
     from relu2.host import busy as quiet
     from relu2.measure import sweep
     from relu2.measure.timing import Budget
@@ -119,7 +118,6 @@ def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> No
 def finish(rows: list, out: Path, partial: Path) -> int:
     """Write the CSV, print the table, draw the plots (saying which were not drawn and why), then drop
     the checkpoint; 1 when a figure failed."""
-    from relu2.host import machine
     from relu2.show import plot
     from relu2.show.table import format_table
     from relu2.records.rows import write_csv

@@ -26,7 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
-from relu2.records.rows import Row, atomic_write_text  # noqa: E402
+from relu2.host.files import atomic_write_text  # noqa: E402
+from relu2.records.rows import Row  # noqa: E402
 from relu2.vocab.schema import OK, STATUSES  # noqa: E402
 from relu2.vocab.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape, parse_shape  # noqa: E402
 from relu2.vocab import schema  # noqa: E402  (read at call time: the modes are the schema's MODES)

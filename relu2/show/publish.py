@@ -26,7 +26,7 @@ from typing import Any
 
 from relu2.host.machine import is_cpu_machine
 from relu2.host.outputs import claim_replaced_dir
-from relu2.records.rows import atomic_write_text
+from relu2.host.files import atomic_write_text
 from relu2.vocab.schema import MODE_NAMES
 
 FINGERPRINT_UNIT = "kernel id"  # the unit of the suites' track_kernel (benchmarks/bench_relu2.py)
