@@ -84,8 +84,8 @@ def test_the_readers_and_help_import_no_torch():
     code = ("import sys; import relu2.judge.gate, relu2.judge.noise, relu2.records.asv_names; from relu2 import cli; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
-    # relu2 --help reads constants only: the judging wing is not imported to build it
+    # relu2 --help reads constants only, and imports no torch to build them
     code = ("import sys, contextlib, io\nfrom relu2 import cli\nwith contextlib.redirect_stdout(io.StringIO()):\n"
             "    try: cli.main(['gate', '--help'])\n    except SystemExit: pass\n"
-            "assert not {'relu2.judge.noise', 'relu2.judge.gate', 'relu2.judge.rule'} & set(sys.modules), sorted(sys.modules)")
+            "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -68,8 +68,8 @@ def test_pair_reads_rounds_side_by_side():
     assert pair_of([1, 1.1, 0.9], [1.02, 1.08, 0.93]) == SAME
     # A box that slows down as a whole over the rounds: paired, each round's ratio is 1.5
     assert pair_of([1, 2, 4], [1.5, 3, 6]) == SLOWER
-    # One round of three against the others: the median says slower, the rounds disagree
-    assert pair_of([1, 1, 1], [1.5, 1.5, 0.5]) == UNCLEAR
+    # One round of three against the others: the median of the paired moves says slower, as the gate does
+    assert pair_of([1, 1, 1], [1.5, 1.5, 0.5]) == SLOWER
     assert pair_of([1, 1], [2, 2]) == UNCLEAR  # too few rounds to say
     # One wild round (another process took the core) does not move a median of three
     assert pair_of([1, 1, 1000], [1.01, 0.99, 1.0]) == SAME
@@ -117,7 +117,7 @@ def test_the_three_answers():
     assert answer([1.0] * 3) == LIKE_GOOD
     assert answer([1.5] * 3) == LIKE_BAD
     assert answer([1.3] * 3, good=[1.0] * 3, bad=[1.69] * 3) == UNKNOWN  # halfway: both moved
-    assert answer([1.3, 1.0, 1.5]) == UNKNOWN  # rounds disagree
+    assert answer([1.3, 1.0, 1.5]) == LIKE_BAD  # the median of its paired moves is BAD's, as the gate reads it
     assert answer([1.0] * 3, FASTER, good=bad, bad=good) == LIKE_BAD  # an improvement bisected the same way
     # each comparison read in its own pairing: the box slower as a whole in the second
     assert bisect.answer(good, [1.5] * 3, [3.0] * 3, [3.0] * 3, SLOWER, 1.2) == LIKE_BAD
@@ -203,12 +203,13 @@ def test_an_unknown_answer_measures_more_rounds_up_to_the_budget_then_says_so():
 
 
 def test_unclear_rounds_are_measured_again_and_then_answered():
-    """A probe whose first three rounds disagree is measured three more, and answered from all six."""
+    """A probe whose first three rounds sit halfway between GOOD and BAD (moved from both, by the
+    gate's rule) is measured three more, and answered from all six."""
     class Late(FakeBox):
         def __call__(self, sides, cells, rounds, first):
             out = super().__call__(sides, cells, rounds, first)
             if len(sides) == 3 and first == 0:
-                out[TOY][1][0] = 1.0  # the probe's first round looks like GOOD
+                out[TOY][1] = out[TOY][2] = [1.5 ** 0.5] * rounds  # beyond 1.2x from GOOD and from BAD
             return out
 
     box = Late({TOY: step_at(5)})
@@ -420,3 +421,42 @@ def test_the_text_names_the_culprit_its_figures_its_parent_and_every_step():
     as_json = json.loads(json.dumps(report.as_json()))
     assert as_json["cells"][0]["verdict"] == "range" and as_json["exit"] == 0
     assert as_json["measured_steps"] == sum(s.measured for s in steps)
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.12, 1.25, 1.5, 0.7, (1.5, 1.5, 0.9), (1.0, 1.3, 1.3)])
+def test_bisect_and_the_gate_judge_the_same_rounds_alike(scale, tmp_path):
+    """One rule (issue 37): the rounds of a compare folder answered by bisect's pair and judged by
+    relu2 gate --compare at the same factor give the same verdict, whichever way the cell moved; also
+    when one round of three goes the other way (bisect's own rule, "more than three quarters of the
+    rounds", called that unclear where the gate called it slower)."""
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_gate_compare import PLANTED, make_compare
+
+    import asv_fixture as fx
+    from relu2.judge.gate import gate_compare
+    from relu2.records.asv_results import load_measurements
+
+    per_round = isinstance(scale, tuple)
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3, head_scale=[] if per_round else [(PLANTED, scale)])
+    if per_round:  # the planted cell's rounds each scaled by their own factor
+        path = fx.result_file(folder / "head", fx.COMMIT_3)
+        data = json.loads(path.read_text())
+        row = data["results"][fx.PLANTED_BENCH]
+        i = fx.cell_index(data, fx.PLANTED_BENCH, fx.PLANTED_PARAMS)
+        samples = row[data["result_columns"].index("samples")]
+        samples[i] = [v * f for v, f in zip(samples[i], scale * 5)]
+        path.write_text(json.dumps(data))
+        scale = sorted(scale)[1]  # what the median of the paired moves reads
+    report = gate_compare(folder, factor=1.2)
+    gated = (SLOWER if fx.PLANTED_LABEL in [c.label for c in report.regressions]
+             else FASTER if fx.PLANTED_LABEL in [c.label for c in report.improvements] else SAME)
+
+    def rounds(side: str) -> tuple[float, ...]:
+        found = [m for m in load_measurements(folder / side) if m.cell.benchmark == fx.PLANTED_BENCH
+                 and dict(m.cell.params) == {k: str(v) for k, v in fx.PLANTED_PARAMS.items()}]
+        return found[0].samples
+
+    assert bisect.pair(rounds("base"), rounds("head"), 1.2) == gated
+    assert gated == (SLOWER if scale > 1.2 else FASTER if scale < 1 / 1.2 else SAME)

@@ -131,6 +131,27 @@ def is_faster(base: Figure, head: Figure, rule: Rule, paired: bool = False, offs
     return is_slower(head.scaled(math.exp(-offset)), base, rule, paired)
 
 
+SLOWER, FASTER, SAME = 1, -1, 0  # what the rule says of one cell
+
+
+def verdict_of(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> int:
+    """The rule's answer for one cell: SLOWER, FASTER or SAME.  The gate sorts cells by it, bisect
+    answers its probes by it: one rule."""
+    if is_slower(base, head, rule, paired, offset):
+        return SLOWER
+    return FASTER if is_faster(base, head, rule, paired, offset) else SAME
+
+
+def paired_figures(a: Sequence[float], b: Sequence[float]) -> tuple[Figure, Figure] | None:
+    """Two sides' rounds measured side by side (round i of each) as the paired verdict's figures; a
+    round either side lost (nan, 0) drops its pair; None without a pair."""
+    kept = [(x, y) for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
+    if not kept:
+        return None
+    sides = [tuple(side) for side in zip(*kept)]
+    return Figure(quantile(sides[0], 0.5), sides[0], True), Figure(quantile(sides[1], 0.5), sides[1], True)
+
+
 def reference_moves(pairs: Iterable[tuple[Measurement, Measurement]], band_of: Callable[[Cell], str],
                     paired: bool = False, bands: Sequence[str] = ()) -> dict[tuple[str, str], float]:
     """Per (mode, band): the median move of the reference cells among ``pairs`` (ok at both sides),
@@ -314,7 +335,8 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
         rule = rule_for(b, out.gated)
         offset = out.offsets.get((cell.timing_mode, band_of(cell)), 0.0)
         fb, fh = Figure.of(b), Figure.of(h)
-        slower, faster = is_slower(fb, fh, rule, paired, offset), is_faster(fb, fh, rule, paired, offset)
+        verdict = verdict_of(fb, fh, rule, paired, offset)
+        slower, faster = verdict == SLOWER, verdict == FASTER
         kb, kh = b.fingerprint, h.fingerprint
         kernel = "" if not kb or not kh else "same" if kb == kh else f"{kb} -> {kh}"
         width = 0.0 if paired else fb.width

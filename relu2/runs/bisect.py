@@ -41,7 +41,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from relu2.host import git
 from relu2.host.files import finite
-from relu2.vocab.schema import MIN_ROUNDS, OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
+from relu2.judge.rule import FASTER, SAME, SLOWER, Rule, move, paired_figures, verdict_of
+from relu2.vocab.schema import DEFAULT_FLOOR_S, MIN_ROUNDS, OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
 
 STATE_FORMAT = 1
 DEFAULT_FACTOR = 1.2  # a step of 1.5x is found on a shared 2-core CPU; a noise model's per-cell ratio is finer
@@ -53,44 +54,26 @@ MOVED, NOT_REPRODUCED = "moved", "not reproduced"
 # What the search says of a cell.
 CULPRIT, RANGE, NOT_MEASURED = "culprit", "range", "not measured"
 # What a pair of sides did, as ``pair`` says it.
-SLOWER, FASTER, SAME, UNCLEAR = 1, -1, 0, None
+UNCLEAR = None  # too few rounds to say: measure more
 
 
 # --- the paired rule --------------------------------------------------------------------------------
 
 
 def pair(a: Sequence[float], b: Sequence[float], factor: float) -> int | None:
-    """How ``b`` compares with ``a``, round i of one measured beside round i of the other: SLOWER or
-    FASTER when the paired verdict's move (``relu2.judge.rule.move``: the median over rounds of
-    log(b_i / median(a_{i-1..i+1}))) is beyond ``factor`` (either way) and more than three quarters
-    of the rounds' b_i / a_i lie on that side of 1; SAME when the move is within ``factor``; UNCLEAR
-    otherwise (the move says moved, the rounds disagree), and with fewer than MIN_ROUNDS pairs."""
-    kept = _kept(a, b)
-    if len(kept) < MIN_ROUNDS:
+    """How ``b`` compares with ``a``, round i of one measured beside round i of the other, by the gate's
+    own rule (``relu2.judge.rule.verdict_of``, paired, at ``factor`` and the gate's floor): SLOWER,
+    FASTER or SAME; UNCLEAR with fewer than MIN_ROUNDS pairs (measure more)."""
+    figures = paired_figures(a, b)
+    if figures is None or len(figures[0].samples) < MIN_ROUNDS:
         return UNCLEAR
-    ratios = [y / x for x, y in kept]
-    middle = paired_move(a, b)
-    if 1 / factor <= middle <= factor:
-        return SAME
-    way = SLOWER if middle > factor else FASTER
-    agree = sum(1 for r in ratios if (r > 1) == (way == SLOWER) and r != 1)
-    return way if agree > 0.75 * len(ratios) else UNCLEAR
-
-
-def _kept(a: Sequence[float], b: Sequence[float]) -> list[tuple[float, float]]:
-    """The rounds both sides measured: a failed round (nan, 0) drops its pair."""
-    return [(x, y) for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
+    return verdict_of(*figures, Rule(True, factor, DEFAULT_FLOOR_S), paired=True)
 
 
 def paired_move(a: Sequence[float], b: Sequence[float]) -> float:
     """The factor ``pair`` judges: exp of the paired verdict's move of ``b`` from ``a`` (nan without pairs)."""
-    from relu2.judge.rule import Figure, move
-
-    kept = _kept(a, b)
-    if not kept:
-        return float("nan")
-    sides = [Figure(statistics.median(side), tuple(side), rounds=True) for side in zip(*kept)]
-    return math.exp(move(*sides, paired=True))
+    figures = paired_figures(a, b)
+    return math.exp(move(*figures, paired=True)) if figures else float("nan")
 
 
 def reproduced(good: Sequence[float], bad: Sequence[float], factor: float) -> str:
