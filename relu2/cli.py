@@ -640,7 +640,7 @@ more than three quarters of the rounds on that side. A cell's factor is relu2 co
 same-box noise model for its family, mode and band (the cells followed sharing its budget), or
 {bisect.DEFAULT_FACTOR:g} where the model has none (the CPU's covers only eager and copy); --factor sets one for all.
 
-The budget: a step measures {bisect.MIN_ROUNDS} rounds; an unknown answer measures {bisect.MIN_ROUNDS} more, until
+The budget: a step measures {schema.MIN_ROUNDS} rounds; an unknown answer measures {schema.MIN_ROUNDS} more, until
 the answer is known or --budget ROUNDS (default {bisect.DEFAULT_BUDGET}) are spent; a probe still unknown then
 is skipped for that cell and said so. Commits that cannot be measured (older than the
 implementations interface, a failed build, a failed cell) are skipped like git bisect skip, and
@@ -833,7 +833,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "docs/tracking.md)")
     p.set_defaults(func=cmd_gate)
 
-    COMPARE_ROUNDS, COMPARE_MAX = schema.MIN_ROUNDS, schema.MAX_COMPARE_ROUNDS  # relu2.runs.compare's
 
     p = sub.add_parser("compare", help="measure BASE and HEAD on this machine in interleaved rounds, then judge "
                        "the paired figures", formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -842,8 +841,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("head", metavar="HEAD", help="head commit (a git ref of --repo; BASE itself makes an A/A)")
     p.add_argument("--suites", type=_names, default=[], metavar="A,B",
                    help="only these suites of benchmarks/bench_relu2.py (default: all), e.g. Grid")
-    p.add_argument("--rounds", type=_number(int, 1, strict=False, maximum=COMPARE_MAX), default=COMPARE_ROUNDS,
-                   help=f"rounds a side, 1 to {COMPARE_MAX} (default {COMPARE_ROUNDS}; fewer than {COMPARE_ROUNDS} "
+    p.add_argument("--rounds", type=_number(int, 1, strict=False, maximum=schema.MAX_ROUNDS), default=schema.MIN_ROUNDS,
+                   help=f"rounds a side, 1 to {schema.MAX_ROUNDS} (default {schema.MIN_ROUNDS}; fewer than {schema.MIN_ROUNDS} "
                         "leave the paired rule too few pairs)")
     p.add_argument("--repo", metavar="DIR", help="the git checkout holding both commits (default: the one here)")
     p.add_argument("--machine", type=_machine_name,
@@ -882,12 +881,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-gate", metavar="GATE_JSON", help="the regressions of relu2 gate --format json")
     p.add_argument("--cell", action="append", default=[], type=_target, metavar="IMPL:DTYPE:SHAPE:MODE",
                    help="a figure to confirm, e.g. fused:bfloat16:4096x4096:hot (repeatable)")
-    from relu2.runs.confirm import CONFIRM_ROUNDS, DEFAULT_ROUNDS  # light: no torch, no verdict
 
-    p.add_argument("--rounds", type=_number(int, DEFAULT_ROUNDS, strict=False, maximum=2 * COMPARE_MAX),
-                   default=CONFIRM_ROUNDS,
-                   help=f"fresh processes per side, {DEFAULT_ROUNDS} to {2 * COMPARE_MAX}: fewer cannot tell a step from the "
-                        f"spread between rounds (default {CONFIRM_ROUNDS}: twice a compare's)")
+    p.add_argument("--rounds", type=_number(int, schema.MIN_ROUNDS, strict=False, maximum=2 * schema.MAX_ROUNDS),
+                   default=schema.CONFIRM_ROUNDS,
+                   help=f"fresh processes per side, {schema.MIN_ROUNDS} to {2 * schema.MAX_ROUNDS}: fewer cannot tell a step from the "
+                        f"spread between rounds (default {schema.CONFIRM_ROUNDS}: twice a compare's)")
     p.add_argument("--out", type=_out_file, help="write the rounds as JSON here (a new file)")
     _add_force(p, "a file")
     p.add_argument("--repo", metavar="DIR", help="the git checkout holding both commits (default: the one here)")
@@ -911,9 +909,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repo", metavar="DIR", help="the git repository whose commits are bisected (default: this checkout)")
     p.add_argument("--state", metavar="FILE", help="where the steps are kept, for resuming (default: in the "
                    "repository's git folder, named by the range and the cells)")
-    p.add_argument("--budget", type=_number(int, bisect.MIN_ROUNDS, strict=False, maximum=2 * COMPARE_MAX),
+    p.add_argument("--budget", type=_number(int, schema.MIN_ROUNDS, strict=False, maximum=2 * schema.MAX_ROUNDS),
                    default=bisect.DEFAULT_BUDGET,
-                   metavar="ROUNDS", help=f"the most rounds one step measures, {bisect.MIN_ROUNDS} to {2 * COMPARE_MAX} "
+                   metavar="ROUNDS", help=f"the most rounds one step measures, {schema.MIN_ROUNDS} to {2 * schema.MAX_ROUNDS} "
                    f"(default {bisect.DEFAULT_BUDGET})")
     p.add_argument("--factor", type=_number(float, 1.0), default=None,
                    help=f"one factor for every cell: a median per-round ratio beyond it is a move (default: "

@@ -180,7 +180,7 @@ def test_setup_cache_records_a_wrong_impl_failed_and_untimed(bench, temporary_im
     calls = tmp_path / "calls"
     monkeypatch.setenv("RELU2_TEST_CALLS", str(calls))
     temporary_impl("wrong", wrong_counting_calls)
-    from relu2.measure.rounds import DEFAULT_ROUNDS
+    from relu2.vocab.schema import MIN_ROUNDS as DEFAULT_ROUNDS
 
     cache = bench.setup_cache()
     grid, model = bench.Grid(), bench.ModelShapes()

@@ -2,7 +2,7 @@
 
 Replays in one process agree within about 1.5% while the same cell on two boxes moves by several
 percent (docs/lab/results.md): what a verdict must know is the spread between processes, so the asv
-suites (and ``relu2 confirm``) measure each cell in ``DEFAULT_ROUNDS`` rounds.  A round is a whole
+suites (and ``relu2 confirm``) measure each cell in ``MIN_ROUNDS`` rounds.  A round is a whole
 pass over the cells with a fresh worker pool (``relu2.measure.sweep.measurer``): its own interpreters, CUDA
 contexts, allocations and clocks.  asv's rounds are passes too: a slow drift of the box during one
 pass then shows as spread, not as a step.
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from relu2.vocab.schema import FAILED, OK, SKIPPED, Cell, with_picks
+from relu2.vocab.schema import FAILED, MAX_ROUNDS, MIN_ROUNDS, OK, SKIPPED, Cell, with_picks
 
 if TYPE_CHECKING:
     from relu2.measure.cell import CellResult
@@ -47,11 +47,9 @@ ENV_ROUNDS = "RELU2_ROUNDS"
 ENV_CACHES = "RELU2_ROUNDS_CACHES"
 # Three rounds a side is the fewest in which "every head round slower than every base round" can
 # happen by chance in only 1 of 20 orderings of identical code (relu2.judge.rule.MIN_ROUNDS).
-DEFAULT_ROUNDS = 3
-MAX_ROUNDS = 20
 
 
-def rounds_from_env(default: int = DEFAULT_ROUNDS) -> int:
+def rounds_from_env(default: int = MIN_ROUNDS) -> int:
     """``$RELU2_ROUNDS``, else ``default``; UsageError (a ValueError) for anything but 1..MAX_ROUNDS."""
     from relu2.vocab.errors import UsageError
 
@@ -126,7 +124,7 @@ class Measured:
     rounds_s: list[float] = field(default_factory=list)  # each round's whole wall time
 
 
-def measure(plan: Sequence[tuple[str, Sequence[Cell]]], device: str, rounds: int = DEFAULT_ROUNDS, *,
+def measure(plan: Sequence[tuple[str, Sequence[Cell]]], device: str, rounds: int = MIN_ROUNDS, *,
             budget: "Budget | None" = None, timeout_s: float | None = None,
             say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> Measured:
     """Measure every cell of ``plan`` (named groups of cells, measured in order) in ``rounds`` rounds,

@@ -53,9 +53,7 @@ from relu2.host.proc import Ended, environ, run_child
 from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, check_resumable, incomplete,
                                          write_info)
 from relu2.vocab.errors import UsageError
-# A compare's default rounds a side: the fewest a re-measurement needs (relu2.vocab.schema.MIN_ROUNDS).
-from relu2.vocab.schema import MAX_COMPARE_ROUNDS as MAX_ROUNDS
-from relu2.vocab.schema import MIN_ROUNDS as DEFAULT_ROUNDS
+from relu2.vocab.schema import MAX_ROUNDS, MIN_ROUNDS
 from relu2.vocab.schema import SKIPPED  # also the key under which a commit says why it has no figures
 
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
@@ -484,7 +482,7 @@ def ruler(scratch: Path) -> Iterator[Ruler]:
 
 
 def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.PathLike | None = None,
-            suites: Sequence[str] = (), rounds: int = DEFAULT_ROUNDS, machine: str | None = None,
+            suites: Sequence[str] = (), rounds: int = MIN_ROUNDS, machine: str | None = None,
             device: str | None = None, cells: Sequence | None = None, say: Say = _stderr,
             require_idle: bool = False, resume: bool = False) -> Path:
     """Measure the commits ``base`` and ``head`` (git refs of ``repo``, default: the checkout around

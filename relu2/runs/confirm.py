@@ -32,10 +32,9 @@ from typing import Sequence
 from relu2.host import git
 from relu2.vocab.schema import DTYPES, MODE_NAMES, OK, SKIPPED, Cell, parse_shape
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
-from relu2.vocab.schema import MIN_ROUNDS as DEFAULT_ROUNDS
+from relu2.vocab.schema import CONFIRM_ROUNDS
 
 # A confirmation measures a few flagged cells, not the suites: twice a compare's rounds cost little.
-CONFIRM_ROUNDS = 2 * DEFAULT_ROUNDS
 
 
 

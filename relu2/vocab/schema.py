@@ -87,7 +87,7 @@ class Mode:
 
 
 # Methods (docs/tracking.md lists them): hot 2, cold 3 and launch 2 are the first measured in rounds,
-# each figure the median of ``relu2.measure.rounds.DEFAULT_ROUNDS`` independent worker processes' medians.
+# each figure the median of ``MIN_ROUNDS`` independent worker processes' medians.
 # The noise model also learns from the single-process figures before them (the A/A runs of earlier
 # boxes), except cold's method 1, whose L2 flush split the largest figures in two.
 MODES: tuple[Mode, ...] = (
@@ -160,8 +160,13 @@ STATUSES: tuple[str, ...] = (OK, FAILED, SKIPPED)
 
 # --- the gate's vocabulary (relu2.judge.noise, relu2.judge.rule; here so that --help reads it without them) -----
 
-MIN_ROUNDS = 3  # rounds a side a re-measurement needs: fewer say nothing about the spread between them
-MAX_COMPARE_ROUNDS = 20  # relu2 compare's most rounds a side
+# Rounds: independent processes a figure is the median of.  MIN_ROUNDS is also every measurement's
+# default (asv runs, compares): fewer say nothing about the spread between them; a re-measurement of
+# flagged cells (relu2 confirm) takes twice as many; no run takes more than MAX_ROUNDS a side (twice
+# that for a re-measurement or a bisect step).
+MIN_ROUNDS = 3
+CONFIRM_ROUNDS = 2 * MIN_ROUNDS
+MAX_ROUNDS = 20
 BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
 DEFAULT_FLOOR_S = 0.25e-6  # not learned: a slowdown of less than this is nothing anyone can act on
 # L2 per GPU model (bytes), for machine.json files that predate ``l2_bytes``.  H200: 60 MiB, torch's
