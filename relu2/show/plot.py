@@ -17,7 +17,7 @@ import math
 import os
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import matplotlib
 
@@ -268,6 +268,33 @@ def _modes_present(rows: Sequence[Row], wanted: Sequence[str]) -> list[str]:
 # the plots
 
 
+def _per_dtype(rows: Sequence[Row], out_dir: str | os.PathLike, stem: str, *, title: str, ylabel: str,
+               draw: Callable[[Any, list[Row]], str | None], modes: Sequence[str], extra: list | None = None,
+               finish: Callable[[Sequence[Any]], None] | None = None, flags: bool = True) -> list[Path]:
+    """The frame every size plot shares: a panel per dtype over the sizes (log axis), the y label, the
+    title, the legend, saved as PNG and SVG.  ``draw(ax, rows of the dtype)`` draws a panel and returns
+    its title (None: the dtype's name); ``finish(axes)`` runs once every panel is drawn (what the panels
+    share: y limits); ``extra`` holds legend entries the panels added."""
+    dtypes = dtype_order(r.dtype for r in rows)
+    fig, axes = _panels(len(dtypes))
+    extra = [] if extra is None else extra
+    for ax, dtype in zip(axes, dtypes):
+        sub = [r for r in rows if r.dtype == dtype]
+        named = draw(ax, sub)
+        _size_axis(ax, (r.numel for r in sub))
+        ax.set_title(named or dtype)
+    if finish is not None:
+        finish(axes)
+    axes[0].set_ylabel(ylabel)
+    fig.suptitle(title_of(title, rows))
+    _legend(fig, impl_order(r.impl for r in rows), modes, extra + (_flag_handle(rows) if flags else []))
+    fig.tight_layout()
+    return _save(fig, out_dir, stem)
+
+
+FLOOR_STYLE = {"color": "black", "linestyle": (0, (1, 2)), "linewidth": 1.6}  # copy's floor and ceiling
+
+
 def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] | None = None,
                  stem: str = "latency") -> list[Path]:
     """Latency (µs) vs numel, log-log, a panel per dtype, a line per impl, median with IQR band.
@@ -281,32 +308,28 @@ def plot_latency(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
     rows = [r for r in rows if r.mode in modes]
     if not rows:
         return []
-    dtypes = dtype_order(r.dtype for r in rows)
-    fig, axes = _panels(len(dtypes))
-    extra = []
-    for ax, dtype in zip(axes, dtypes):
-        sub = [r for r in rows if r.dtype == dtype]
+    extra: list = []
+
+    def draw(ax, sub: list[Row]) -> str | None:
         _draw_lines(ax, sub, modes, lambda r: r.median_s * 1e6, band=lambda r: (r.q25_s * 1e6, r.q75_s * 1e6),
                     among={r.impl for r in rows})
         ceiling = copy_ceiling_gbps(sub)
         if ceiling:
             pts = series(sub, lambda r: r.bytes / (ceiling * 1e9) * 1e6)
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], color="black", linestyle=(0, (1, 2)), linewidth=1.6)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], **FLOOR_STYLE)
             if not extra:
-                extra.append(Line2D([], [], color="black", linestyle=(0, (1, 2)), linewidth=1.6,
-                                    label="memory floor: bytes ÷ copy's GB/s\nat its largest size"))
-        _size_axis(ax, (r.numel for r in sub))
+                extra.append(Line2D([], [], **FLOOR_STYLE, label="memory floor: bytes ÷ copy's GB/s\nat its largest size"))
         _log_y(ax)
-        ax.set_title(f"{dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else dtype)
-    # Once, after every panel (they share y): the floor of tiny inputs is far below any launch, so it
-    # must not squash the data, and the top holds every panel's highest figure.
-    axes[0].set_ylim(0.5 * min(min(r.q25_s, r.median_s) for r in rows) * 1e6,
-                     2 * max(max(r.q75_s, r.median_s) for r in rows) * 1e6)
-    axes[0].set_ylabel("latency per call (µs, median; band: IQR)")
-    fig.suptitle(title_of("latency", rows))
-    _legend(fig, impl_order(r.impl for r in rows), modes, extra + _flag_handle(rows))
-    fig.tight_layout()
-    return _save(fig, out_dir, stem)
+        return f"{sub[0].dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else None
+
+    def finish(axes) -> None:
+        # The panels share y: the floor of tiny inputs is far below any launch, so it must not squash
+        # the data, and the top holds every panel's highest figure.
+        axes[0].set_ylim(0.5 * min(min(r.q25_s, r.median_s) for r in rows) * 1e6,
+                         2 * max(max(r.q75_s, r.median_s) for r in rows) * 1e6)
+
+    return _per_dtype(rows, out_dir, stem, title="latency", ylabel="latency per call (µs, median; band: IQR)",
+                      draw=draw, modes=modes, extra=extra, finish=finish)
 
 
 def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequence[str] | None = None,
@@ -321,31 +344,27 @@ def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Seque
     rows = [r for r in rows if r.mode in modes and math.isfinite(r.gbps)]
     if not rows:
         return []
-    dtypes = dtype_order(r.dtype for r in rows)
-    fig, axes = _panels(len(dtypes))
-    extra = []
-    for ax, dtype in zip(axes, dtypes):
-        sub = [r for r in rows if r.dtype == dtype]
+    extra: list = []
+    ceilings: list[float] = []
+
+    def draw(ax, sub: list[Row]) -> str | None:
         _draw_lines(ax, sub, modes, lambda r: r.gbps,
                     band=lambda r: (r.bytes / r.q75_s / 1e9, r.bytes / r.q25_s / 1e9), among={r.impl for r in rows})
         ceiling = copy_ceiling_gbps(sub)
         if ceiling:
-            ax.axhline(ceiling, color="black", linestyle=(0, (1, 2)), linewidth=1.6)
+            ceilings.append(ceiling)
+            ax.axhline(ceiling, **FLOOR_STYLE)
             if not extra:
-                extra.append(Line2D([], [], color="black", linestyle=(0, (1, 2)), linewidth=1.6,
-                                    label="copy ceiling: copy's GB/s\nat its largest size"))
-        _size_axis(ax, (r.numel for r in sub))
+                extra.append(Line2D([], [], **FLOOR_STYLE, label="copy ceiling: copy's GB/s\nat its largest size"))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
-        ax.set_title(f"{dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else dtype)
-    # Set once all panels are drawn: the panels share y, and a limit set inside the loop froze it at
-    # the first panel's data, so a later panel's lines and ceiling ran off the top.
-    ceilings = [c for c in (copy_ceiling_gbps([r for r in rows if r.dtype == d]) for d in dtypes) if c]
-    axes[0].set_ylim(0, HEADROOM * max([r.gbps for r in rows] + ceilings))
-    axes[0].set_ylabel("achieved bandwidth (GB/s, read + write)")
-    fig.suptitle(title_of("bandwidth", rows))
-    _legend(fig, impl_order(r.impl for r in rows), modes, extra + _flag_handle(rows))
-    fig.tight_layout()
-    return _save(fig, out_dir, stem)
+        return f"{sub[0].dtype} (copy ceiling {ceiling:,.0f} GB/s)" if ceiling else None
+
+    def finish(axes) -> None:
+        # The panels share y: a limit set by the first panel would push a later panel's lines and ceiling off the top.
+        axes[0].set_ylim(0, HEADROOM * max([r.gbps for r in rows] + ceilings))
+
+    return _per_dtype(rows, out_dir, stem, title="bandwidth", ylabel="achieved bandwidth (GB/s, read + write)",
+                      draw=draw, modes=modes, extra=extra, finish=finish)
 
 
 def speedups(rows: Sequence[Row]) -> list[tuple[Row, float]]:
@@ -373,25 +392,19 @@ def plot_speedup(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Sequenc
     value = {id(r): s for r, s in pairs}
     srows = [r for r, _ in pairs]
     ticks = speedup_ticks(min([*value.values(), 1.0]), max([*value.values(), 1.0]))
-    dtypes = dtype_order(r.dtype for r in srows)
-    fig, axes = _panels(len(dtypes))
-    for ax, dtype in zip(axes, dtypes):
-        sub = [r for r in srows if r.dtype == dtype]
+
+    def draw(ax, sub: list[Row]) -> None:
         _draw_lines(ax, sub, modes, lambda r: value[id(r)], among={r.impl for r in srows})
         ax.axhline(1.0, color=impl_style(BASELINE).colour, linewidth=1.0)
-        _size_axis(ax, (r.numel for r in sub))
         ax.set_yscale("log", base=2)
         ax.yaxis.set_major_locator(FixedLocator(ticks))  # the panels share y: one set for all
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: ratio_label(v)))
         ax.yaxis.set_minor_locator(NullLocator())
         ax.grid(True, which="major", axis="y", alpha=0.3)
-        ax.set_title(dtype)
-    axes[0].set_ylabel(f"speed-up over {BASELINE} (×, higher is better)")
-    fig.suptitle(title_of(f"speed-up over {BASELINE}", srows))
+
     extra = [Line2D([], [], color=impl_style(BASELINE).colour, linewidth=1.0, label=f"{BASELINE} = 1×")]
-    _legend(fig, impl_order(r.impl for r in srows), modes, extra + _flag_handle(srows))
-    fig.tight_layout()
-    return _save(fig, out_dir, stem)
+    return _per_dtype(srows, out_dir, stem, title=f"speed-up over {BASELINE}",
+                      ylabel=f"speed-up over {BASELINE} (×, higher is better)", draw=draw, modes=modes, extra=extra)
 
 
 def plot_memory(rows: Sequence[Row], out_dir: str | os.PathLike, stem: str = "memory") -> list[Path]:
@@ -407,25 +420,19 @@ def plot_memory(rows: Sequence[Row], out_dir: str | os.PathLike, stem: str = "me
     rows = list(per_cell.values())
     if not rows:
         return []
-    dtypes = dtype_order(r.dtype for r in rows)
-    fig, axes = _panels(len(dtypes))
-    for ax, dtype in zip(axes, dtypes):
-        sub = [r for r in rows if r.dtype == dtype]
+
+    def draw(ax, sub: list[Row]) -> None:
         for impl in impl_order(r.impl for r in sub):
             pts = series((r for r in sub if r.impl == impl), lambda r: r.peak_bytes / (r.bytes / 2))
             style = impl_style(impl, {r.impl for r in rows})
             ax.plot([p[0] for p in pts], [p[1] for p in pts], color=style.colour, marker=style.marker,
                     markersize=4, linewidth=1.4)
-        _size_axis(ax, (r.numel for r in sub))
         ax.set_ylim(bottom=0)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
         ax.grid(True, which="major", axis="y", alpha=0.3)
-        ax.set_title(dtype)
-    axes[0].set_ylabel("peak memory of one call\n(× the input's bytes)")
-    fig.suptitle(title_of("GPU memory at the peak of one call", rows))
-    _legend(fig, impl_order(r.impl for r in rows), [])
-    fig.tight_layout()
-    return _save(fig, out_dir, stem)
+
+    return _per_dtype(rows, out_dir, stem, title="GPU memory at the peak of one call",
+                      ylabel="peak memory of one call\n(× the input's bytes)", draw=draw, modes=[], flags=False)
 
 
 def token_rows(rows: Iterable[Row]) -> list[Row]:
