@@ -3,7 +3,6 @@ judging wing's shape: torch-free, decoded once, no import cycle."""
 
 from __future__ import annotations
 
-import ast
 import itertools
 import subprocess
 import sys
