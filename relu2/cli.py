@@ -16,13 +16,30 @@ import os
 import re
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Sequence
 
-from relu2.host import git
+from relu2 import __version__
+from relu2.host import busy as quiet
+from relu2.host import git, lifecycle, machine, outputs
+from relu2.host.files import atomic_write_text
+from relu2.host.outputs import name_part
+from relu2.judge import gate, learn, noise
+from relu2.measure import counters, sweep
+from relu2.measure.isolation import timeout_from_env
+from relu2.measure.sweep import check_fits
+from relu2.records import asv_results, compare_folder
+from relu2.records.asv_results import resolve_commit
+from relu2.records.rows import flag_outliers, read_csv
+from relu2.runs import asv_run, bisect, compare, confirm, sweep_job
+from relu2.runs.confirm import parse_target
+from relu2.show import publish
+from relu2.show.inspect import explain, format_explanation
+from relu2.show.table import format_matrix
 from relu2.vocab import schema
-from relu2.vocab.errors import Refused, UsageError
+from relu2.vocab.errors import Refused, UsageError, WriteError
 
 # Sizes above this are refused when parsing: no device holds 2 x 2^40 elements.
 MAX_NUMEL = 2**40
@@ -159,8 +176,6 @@ Cost: a round of a side costs what a measurement of one commit in one round cost
 
 
 def _target(text: str):
-    from relu2.runs.confirm import parse_target
-
     try:
         return parse_target(text)
     except ValueError as e:
@@ -176,9 +191,7 @@ def _fail(command: str, message: str) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from relu2.host import machine
-    from relu2.measure import registry
-    from relu2.measure import timing
+    from relu2.measure import registry, timing
 
     device = machine.resolve_device(args.device)
     for key, value in machine.machine_info().items():
@@ -199,10 +212,8 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from relu2.host import machine
     from relu2.measure import registry
     from relu2.measure.agreement import agreement_matrix
-    from relu2.show.table import format_matrix
 
     device = machine.resolve_device(args.device)
     impls = registry.implementations()
@@ -223,13 +234,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from relu2.host import machine
-    from relu2.measure import sweep
-    from relu2.runs import sweep_job
-    from relu2.measure.isolation import timeout_from_env
-
-    from relu2.host import outputs
-
     device = machine.resolve_device(args.device)
     timeout_s = timeout_from_env()  # checked even under --timeout: one variable, one meaning, everywhere
     # Its own folder in progress (a partial CSV to resume, or the lock of a sweep still running, which
@@ -248,9 +252,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _load_rows(source: Path, machine_name: str | None):
-    from relu2.records import asv_results
-    from relu2.records.rows import flag_outliers, read_csv
-
     if source.is_file():
         rows = read_csv(source)
         return [r for r in rows if r.machine == machine_name] if machine_name else rows
@@ -258,7 +259,6 @@ def _load_rows(source: Path, machine_name: str | None):
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    from relu2.host import outputs
     from relu2.show import plot
 
     source = Path(args.source)
@@ -270,7 +270,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return _fail("plot", f"no results in {source}")
     commit = args.commit
     if commit and not source.is_file():
-        from relu2.records.asv_results import resolve_commit
 
         commit = resolve_commit(source, commit, args.machine)
     elif commit:
@@ -284,9 +283,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from relu2.records import asv_results
-    from relu2.host import outputs
-
     if args.out:
         outputs.claim_file(args.out, force=args.force)
     n = asv_results.export_csv(Path(args.results), args.out, machine=args.machine, commit=args.commit)
@@ -296,8 +292,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
-    from relu2.show import publish
-
     argv = list(args.asv_args)
     html = publish.publish(args.config, argv[1:] if argv[:1] == ["--"] else argv)
     print(f"relu2 publish: the dashboard is in {html}/ (serve it: python -m http.server --bind 127.0.0.1 "
@@ -306,8 +300,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from relu2.judge import gate
-
     floor_s = None if args.floor_us is None else args.floor_us * 1e-6
     if args.compare:
         extra = [f for f, v in (("BASE", args.base), ("--results", args.results), ("--machine", args.machine),
@@ -339,17 +331,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from relu2.records import compare_folder
-    from relu2.runs import compare
-    from relu2.host import lifecycle
-
     if args.resume and not args.out:
-        from relu2.vocab.errors import UsageError
 
         raise UsageError("--resume needs --out DIR: the incomplete compare to continue")
     out = Path(args.out) if args.out else compare_folder.default_out()
     if args.noise_model or os.environ.get("RELU2_NOISE_MODEL"):
-        from relu2.judge import noise
 
         noise.load_models(args.noise_model)  # a model that does not read is refused before anything is measured
 
@@ -393,13 +379,6 @@ def _same_commits(report: dict, base: str, head: str, repo: str | None, what: st
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    from relu2.runs import confirm
-    from relu2.host import lifecycle
-    from relu2.host import machine
-    from relu2.host import outputs
-    from relu2.host import busy as quiet
-    from relu2.host.files import atomic_write_text
-
     targets, not_cells = list(args.cell), []
     if args.from_gate:
         try:
@@ -445,11 +424,6 @@ def cmd_confirm(args: argparse.Namespace) -> int:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from relu2.runs import bisect
-    from relu2.runs import confirm
-    from relu2.host import lifecycle
-    from relu2.host import machine
-
     targets = list(args.cell)
     if args.from_gate:
         source = Path(args.from_gate)
@@ -479,8 +453,6 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def cmd_noise(args: argparse.Namespace) -> int:
-    from relu2.judge import learn
-
     if args.action == "check":
         if not args.results and not args.same_box:
             return _fail("noise", "check needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
@@ -493,8 +465,6 @@ def cmd_noise(args: argparse.Namespace) -> int:
         return _fail("noise", "learn needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
     if args.results and args.same_box:
         return _fail("noise", "one kind of model at a time: RESULTS_DIR... (cross-box) or --same-box (same-box)")
-    from relu2.judge import noise
-    from relu2.host import outputs
 
     outputs.claim_file(args.out, force=args.force, own=noise.holds_models)
     command = " ".join(["relu2 noise learn", *args.results, *(f"--same-box {d}" for d in args.same_box),
@@ -509,9 +479,6 @@ def cmd_noise(args: argparse.Namespace) -> int:
 
 
 def cmd_asv(args: argparse.Namespace) -> int:
-    from relu2.runs import asv_run
-    from relu2.host import lifecycle
-
     argv = list(args.asv_args)
     if argv[:1] == ["--"]:  # `relu2 asv -- --version`: options asv takes before its command
         argv = argv[1:]
@@ -520,14 +487,11 @@ def cmd_asv(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from relu2.host import machine
     from relu2.measure import registry
-    from relu2.show.inspect import explain, format_explanation
 
     if args.impl not in registry.names():
         return _fail("inspect", f"unknown implementation {args.impl!r}; known: {', '.join(registry.names())}")
     device = machine.resolve_device(args.device)
-    from relu2.measure.sweep import check_fits  # the sweep's refusal of an input the device cannot hold
 
     check_fits([schema.Cell(args.impl, args.dtype, math.prod(args.shape), tuple(args.shape))], device)
     print(format_explanation(explain(args.impl, args.dtype, args.shape, device), show_source=not args.no_source))
@@ -535,13 +499,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_counters(args: argparse.Namespace) -> int:
-    from relu2.measure import counters
-    from relu2.host import machine
-    from relu2.host import outputs
-    from relu2.measure import sweep
-    from relu2.runs import sweep_job
-    from relu2.vocab.errors import WriteError
-
     device = machine.resolve_device(args.device)
     why = counters.unavailable(device)
     if why:
@@ -565,8 +522,6 @@ def cmd_counters(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    import time
-
     from relu2.measure import registry
 
     jobs = os.environ.get("MAX_JOBS")
@@ -621,8 +576,6 @@ _DEVICE_HELP = "cpu or cuda (default: cuda when torch sees a GPU, else cpu)"
 
 
 def bisect_description() -> str:
-    from relu2.runs import bisect
-
     return f"""\
 Bisect the first-parent commits from GOOD to BAD for the cells named (--cell) or flagged by a gate
 report (--from-gate), measuring every step on this machine: the probe commit beside GOOD, then
@@ -671,8 +624,6 @@ def _add_force(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _machine_name(text: str) -> str:
-    from relu2.host.outputs import name_part
-
     try:
         return name_part(text)
     except ValueError as e:
@@ -687,7 +638,6 @@ def build_parser() -> argparse.ArgumentParser:
         "and torch.compile, agreement checked bitwise before every timing. Exit codes: 0 ok, 1 a finding "
         "(disagreement, failed cell, regression), 2 unusable input, 130 interrupted.",
     )
-    from relu2 import __version__
 
     parser.add_argument("--version", action="version", version=f"relu2 {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -894,8 +844,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_require_idle(p)
     _add_device(p)
     p.set_defaults(func=cmd_confirm)
-
-    from relu2.runs import bisect  # torch-free
 
     p = sub.add_parser("bisect", help="find the commit between GOOD and BAD where cells moved, measuring each step",
                        formatter_class=argparse.RawDescriptionHelpFormatter,

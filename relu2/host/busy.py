@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
 from relu2.host.proc import descendants, has_proc, process_table
+from relu2.vocab.errors import UsageError
 
 QUIET_CORES = 0.5  # other processes together using this much of one core over the window move the figures
 LISTED_CORES = 0.05  # a process using less than this is not named
@@ -163,10 +165,6 @@ def check(gpu: bool = True, window_s: float = WINDOW_S, own: Iterable[int] = ())
 def before_measuring(command: str, require_idle: bool, gpu: bool = True) -> Quiet:
     """``check``, said in one line on stderr when the machine is not quiet; UsageError (exit 2, before
     anything is written) under ``--require-idle``."""
-    import sys
-
-    from relu2.vocab.errors import UsageError
-
     seen = check(gpu=gpu)
     if seen.quiet is False:
         if require_idle:
@@ -190,8 +188,6 @@ class Watch:
         self.last: tuple[float, dict[int, tuple[str, int]] | None] | None = None
 
     def check(self) -> None:
-        import sys
-
         now = time.monotonic()
         if self.last is not None and now - self.last[0] < self.INTERVAL_S:
             return

@@ -20,6 +20,7 @@ Torch-free, and every refusal is a ``UsageError``: exit 2, one line.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -46,8 +47,6 @@ def _existing_ancestor(path: Path) -> Path:
 def _writable_ancestor(path: Path, what: str, shown: Path | None = None) -> None:
     """UsageError unless the nearest existing folder on ``path``'s way takes a file: tried, not asked
     (``os.access`` says yes to root everywhere, and /proc or a read-only mount say no only when written)."""
-    import tempfile
-
     shown = shown or path
     where = _existing_ancestor(path.absolute())
     if not where.is_dir():

@@ -25,6 +25,7 @@ machine, and whether it clears every flagged cell (``CONTRADICTED_FROM``).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import importlib.util
 import itertools
 import math
@@ -34,19 +35,19 @@ from functools import partial
 from pathlib import Path
 from typing import Sequence
 
-from relu2.judge import noise
-from relu2.records.asv_results import Measurement, box_of, commit_dates, iso_date, load_measurements, \
-    machine_info, machines, resolve_commit
-from relu2.vocab.errors import ResultsError
-from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, format_spread, format_value  # noqa: F401
 from relu2.host.machine import is_cpu_machine
+from relu2.judge import noise
 from relu2.judge.noise import NoiseModel
-from relu2.vocab.schema import OK
-from relu2.records.asv_names import MODULE, SUMMARY, Cell, decode
+from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, format_spread, format_value  # noqa: F401
+from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare,
+                              confirm, family_of, read_remeasurement, spread)
 from relu2.records import compare_folder
+from relu2.records.asv_names import MODULE, SUMMARY, Cell, decode
+from relu2.records.asv_results import (Measurement, box_of, commit_dates, iso_date, load_measurements, machine_folder,
+                                       machine_info, machines, resolve_commit)
 from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, shown
-from relu2.judge.rule import GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare, confirm, \
-    family_of, read_remeasurement, spread
+from relu2.vocab.errors import ResultsError
+from relu2.vocab.schema import OK
 
 UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, not gated"
 REPORTED_BEYOND = 1.10  # a cell not gated is listed (never failing) when it moved more than this
@@ -70,7 +71,6 @@ def pick_machine(results_dir: str | os.PathLike, machine: str | None) -> str:
     except ResultsError as e:
         raise GateInputError(str(e)) from None
     if machine is not None:
-        from relu2.records.asv_results import machine_folder
 
         folder = machine_folder(Path(results_dir), machine)
         if folder is None or not any(p.name not in ("machine.json",) for p in folder.glob("*.json")):
@@ -408,8 +408,6 @@ class Plan:
               ) -> tuple[list[Change], list[Change], int, list[str]]:
         """(missing, allowed to be missing, planned cells compared, notes): a planned cell with no row at a
         side, unless the base has it ok (then the head lost it: vanished, as ``compare`` reports)."""
-        import fnmatch
-
         at_base = {m.cell.identity: m.status for m in base.measurements}
         at_head = {m.cell.identity: m.status for m in head.measurements}
         missing, allowed, compared, no_figure = [], [], 0, {}

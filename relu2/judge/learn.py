@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from relu2.judge import noise
 from relu2.judge.gate import GateInputError, compare_sides, read_compare
 from relu2.judge.noise import NoiseModel
-from relu2.judge.rule import Rule
+from relu2.judge.rule import Figure, Rule, is_slower
 from relu2.records.asv_results import box_of, machines
 from relu2.vocab.errors import ResultsError
 
@@ -156,8 +156,6 @@ def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
 
 
 def _flags(moved: float, base_s: float, rule: Rule, factor: float) -> bool:
-    from relu2.judge.rule import Figure, is_slower
-
     return is_slower(Figure(base_s), Figure(base_s * math.exp(moved) * factor), rule)
 
 

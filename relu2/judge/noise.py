@@ -43,13 +43,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from relu2.records.asv_names import SUMMARY, Cell
-from relu2.records.asv_results import Measurement
-from relu2.vocab.errors import UsageError
-from relu2.vocab.schema import (BAND_NAMES, BANDS, BUDGET, DEFAULT_FLOOR_S, KNOWN_L2, LARGEST_BAND, OK, Band,  # noqa: F401
-                          band_of, l2_of, only_repicked, quantile)
+from relu2.host.files import atomic_write_text
 from relu2.judge.rule import (AUTOTUNED, FAMILY_NAMES, GATED_MODES, REFERENCES, REPICK_BOUND, Figure, Rule, family_of,
-                           is_slower, move, pairs, reference_moves)
+                              is_slower, move, pairs, reference_moves)
+from relu2.records.asv_names import SUMMARY, Cell
+from relu2.records.asv_results import Measurement, box_of, commit_dates, load_measurements, machine_info, machines
+from relu2.vocab.errors import UsageError
+from relu2.vocab.schema import (BAND_NAMES, BANDS, BUDGET, DEFAULT_FLOOR_S, KNOWN_L2, LARGEST_BAND, OK,  # noqa: F401
+                                Band, band_of, l2_of)
+from relu2.vocab.schema import mode as mode_named
+from relu2.vocab.schema import only_repicked, quantile
 
 DEFAULT_MODEL_PATH = Path(__file__).resolve().parents[1] / "noise_model.json"  # relu2/noise_model.json
 MODEL_ENV = "RELU2_NOISE_MODEL"  # another model file as the default (a team's own GPUs)
@@ -240,8 +243,6 @@ def model_for(models: Sequence[NoiseModel], gpu: str, kind: str) -> NoiseModel |
 
 
 def save_models(models: Sequence[NoiseModel], path: str | os.PathLike) -> None:
-    from relu2.host.files import atomic_write_text
-
     atomic_write_text(path, json.dumps({"format": 2, "models": [m.as_json() for m in models]}, indent=1,
                                        sort_keys=True) + "\n")
 
@@ -269,8 +270,6 @@ class Run:
 def runs_in(results_dir: str | os.PathLike) -> list[Run]:
     """Every (machine, commit) with results in a results folder, ordered by machine, commit date and
     hash (never the git graph: the model learned is the same in any clone)."""
-    from relu2.records.asv_results import box_of, commit_dates, load_measurements, machine_info, machines
-
     out = []
     for m in machines(results_dir):
         info = machine_info(results_dir, m)
@@ -328,8 +327,6 @@ def widths_of(runs: Sequence[Run]) -> dict[str, float]:
     recorded for it by today's methods, over distinct runs (a run copied into two folders counts
     once).  A cell bimodal between processes (333 or 368 µs, a process's allocations deciding) has a
     wide one wherever its processes landed; quantiles, not the extremes, so one odd round does not."""
-    from relu2.vocab.schema import mode as mode_named
-
     rounds: dict[str, list[float]] = {}
     seen_runs: set[tuple] = set()
     for run in runs:
@@ -349,8 +346,6 @@ def paired_widths_of(runs: Sequence[Run]) -> dict[str, float]:
     """Per cell and kernel, how far its rounds spread within one side of a compare: the median over
     sides of log(max/min) of its rounds.  Within a side, not pooled over sides as ``widths_of`` does:
     boxes differ in a cell's level (2^28 cells by 1-3%), and a paired move never sees that."""
-    from relu2.vocab.schema import mode as mode_named
-
     spreads: dict[str, list[float]] = {}
     for run in runs:
         for m in run.measurements:
@@ -379,8 +374,6 @@ class Observation:
 def observe(a: Run, b: Run, l2_bytes: int, paired: bool) -> list[Observation]:
     """The gated cells of unchanged code ok in both runs, of one method each, of the methods their
     mode learns from, judged as the gate judges them (after the references' move)."""
-    from relu2.vocab.schema import mode as mode_named
-
     kept = [(x, y) for x, y in pairs(a.measurements, b.measurements)
             if y is not None and x.cell.measure in GATED_MODES and x.status == OK and y.status == OK
             and x.version == y.version and x.version in mode_named(x.cell.measure).noise_versions
@@ -416,7 +409,6 @@ def seen_in(a: Run, b: Run, l2_bytes: int, paired: bool) -> PairSeen:
     repicks = tuple(abs(move(Figure.of(x), Figure.of(y), paired)) for x, y in kept
                     if x.cell.measure in GATED_MODES and family_of(x.cell.impl) in AUTOTUNED and x.value and y.value
                     and x.fingerprint and y.fingerprint and only_repicked(x.fingerprint, y.fingerprint))
-    from relu2.vocab.schema import mode as mode_named
 
     today = any(x.version == mode_named(x.cell.measure).asv_version for x, _ in kept if x.cell.measure in GATED_MODES)
     label = f"{a.machine}: {os.path.basename(os.path.normpath(a.source))}" if paired and a.source else ""

@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from relu2.host.files import json_text
-from relu2.vocab.schema import FAILED, format_bytes, format_seconds
 from relu2.judge.rule import Change, Spread
+from relu2.vocab.schema import FAILED, format_bytes, format_seconds
 
 REPICKED_WHY = ("the same generated code; autotuning picked another launch configuration on this box: "
                 "not a slowdown of the same kernel, reported, never failing")

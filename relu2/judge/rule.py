@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from relu2.records.asv_names import Cell
 from relu2.records.asv_results import Measurement
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, only_repicked, quantile
+from relu2.vocab.schema import (BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, impl_order, only_repicked,
+                                quantile)
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
 TIMING_MODES: tuple[str, ...] = tuple(m.name for m in MODES)
@@ -470,8 +471,6 @@ def spread(base: Iterable[Measurement], head: Iterable[Measurement]) -> list[Spr
     """Per implementation and timing mode, head/base over the cells ok in both.
 
     Run on two measurements of one commit (two boxes) it is the A/A data a noise model is learned from."""
-    from relu2.vocab.schema import impl_order
-
     ratios: dict[tuple[str, str], list[float]] = {}
     for b, h in pairs(list(base), list(head)):
         if (b.cell.measure not in TIMING_MODES or h is None or b.status != OK or h.status != OK or not b.value):

@@ -176,8 +176,8 @@ def agreement_matrix(names: list[str], dtypes: list[str], device: str) -> Matrix
     ``device`` is "n/a" unless it is ``broken`` (its build failed), which is a failure.  Declared
     exceptions are kept beside the verdicts, so the output says what "ok" was held to.
     """
-    from relu2.measure.registry import get
     from relu2.measure.inputs import agreement_cases, dtype_of
+    from relu2.measure.registry import get
 
     entries: list[MatrixEntry] = []
     not_here: dict[str, str] = {}

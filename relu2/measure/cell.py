@@ -16,10 +16,10 @@ from typing import Callable, Sequence
 import torch
 
 from relu2.measure.agreement import AgreementError, check_agreement
-from relu2.measure.registry import Implementation, get
 from relu2.measure.inputs import dtype_of, random_input
-from relu2.vocab.schema import FAILED, OK, SKIPPED, Cell
+from relu2.measure.registry import Implementation, get
 from relu2.measure.timing import Budget, Timing, peak_memory_bytes, time_fn
+from relu2.vocab.schema import FAILED, OK, SKIPPED, Cell
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,13 @@ import hashlib
 import os
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from relu2.vocab.interface import Compile
 from relu2.measure.reference import relu_squared_reference
+from relu2.vocab.interface import Compile
 from relu2.vocab.schema import KERNEL_CODE_DIGITS
 
 WARMUP_NUMEL_1D = 2**24  # a 1-D input's first call: the same order of bytes as a prefill activation
@@ -192,8 +193,6 @@ def serving_code(path: Compiled, x: torch.Tensor) -> str:
 
 def loaded_wrappers(code: str) -> list:
     """Inductor's loaded wrapper modules whose source is ``code`` (the graph that ran)."""
-    from pathlib import Path
-
     from torch._inductor.codecache import PyCodeCache
 
     out = []

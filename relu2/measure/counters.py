@@ -21,6 +21,7 @@ Without CUDA, or without ``ncu``, or where the driver refuses the counters, noth
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import math
@@ -28,6 +29,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -251,8 +253,6 @@ class Counted:
 
 def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0) -> Counted:
     """Count every cell's work in one child process under ncu; RuntimeError when ncu itself fails."""
-    import time
-
     ncu = ncu_path()
     if ncu is None:
         raise RuntimeError(unavailable("cuda"))
@@ -303,8 +303,8 @@ def _child(plan_path: str, done_path: str) -> int:
     import torch
 
     from relu2.measure.agreement import AgreementError
-    from relu2.measure.inputs import dtype_of, random_input
     from relu2.measure.cell import describe, free_memory, prepare_and_check
+    from relu2.measure.inputs import dtype_of, random_input
     from relu2.measure.registry import get
 
     plan = json.loads(Path(plan_path).read_text())
@@ -353,8 +353,6 @@ def report_json(counted: Counted) -> dict[str, Any]:
 
 def read_report(folder: Path) -> Counted:
     """A folder ``relu2 counters`` wrote (counters.json, or counters.json.gz as docs/aa keeps it)."""
-    import gzip
-
     plain, packed = folder / "counters.json", folder / "counters.json.gz"
     text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
     data = json.loads(text)

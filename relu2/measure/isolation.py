@@ -31,6 +31,8 @@ the workers find themselves.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
+import math
 import multiprocessing
 import os
 import pickle
@@ -43,7 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from relu2.host.proc import death_reason
+from relu2.host.lifecycle import follow_parent
+from relu2.host.proc import death_reason, environ
+from relu2.vocab.errors import UsageError
 from relu2.vocab.interface import why_not
 from relu2.vocab.schema import FAILED, SKIPPED, Cell
 
@@ -63,10 +67,6 @@ def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
     """``$RELU2_TIMEOUT`` in seconds, else ``default``; UsageError (a ValueError) for anything but a
     positive finite number.  The one reading of the variable: ``relu2 sweep``, ``relu2 asv run`` and
     the suites all call this."""
-    import math
-
-    from relu2.vocab.errors import UsageError
-
     text = os.environ.get(ENV_TIMEOUT, "").strip()
     if not text:
         return default
@@ -106,8 +106,6 @@ def cache_environment(root: str | os.PathLike) -> dict[str, str]:
 def private_caches(prefix: str = "relu2-") -> Iterator[Path]:
     """Empty inductor and Triton caches for the block, in this process (as each worker has them for
     its life), removed after: what is compiled in the block is all that is in them."""
-    from relu2.host.proc import environ
-
     root = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         with environ(cache_environment(root)):
@@ -126,10 +124,8 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
     # semaphores this process made (tqdm's lock, a compile pool's queues).  Killed outright, they were
     # left to the resource tracker, which warned of "leaked semaphore objects" at shutdown.
     signal.signal(signal.SIGTERM, _leave)
-    from relu2.host.lifecycle import follow_parent
 
     follow_parent(parent)  # the pool's process killed outright: this worker leaves too (SIGTERM)
-    import faulthandler
 
     faulthandler.enable()  # a segfault in a kernel prints the Python stack it came from
     os.environ.update(cache_environment(cache_dir))  # for the worker's life; the pool removes the folder

@@ -21,8 +21,8 @@ from typing import Callable, Mapping
 
 import torch
 
-from relu2.vocab.interface import Compile, Implementation, entry_points, provided, unavailable
 from relu2.measure.reference import relu_squared_reference
+from relu2.vocab.interface import Compile, Implementation, entry_points, provided, unavailable
 from relu2.vocab.schema import ROOFLINE
 
 __all__ = ["Implementation", "get", "implementations", "in_default_sweep", "names", "register", "registered_here", "relu_squared",

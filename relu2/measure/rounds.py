@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from relu2.measure import sweep
+from relu2.vocab.errors import UsageError
 from relu2.vocab.schema import FAILED, MAX_ROUNDS, MIN_ROUNDS, OK, SKIPPED, Cell, with_picks
 
 if TYPE_CHECKING:
@@ -51,8 +53,6 @@ ENV_CACHES = "RELU2_ROUNDS_CACHES"
 
 def rounds_from_env(default: int = MIN_ROUNDS) -> int:
     """``$RELU2_ROUNDS``, else ``default``; UsageError (a ValueError) for anything but 1..MAX_ROUNDS."""
-    from relu2.vocab.errors import UsageError
-
     text = os.environ.get(ENV_ROUNDS, "").strip()
     if not text:
         return default
@@ -129,7 +129,6 @@ def measure(plan: Sequence[tuple[str, Sequence[Cell]]], device: str, rounds: int
             say: Callable[[str], None] = lambda line: print(line, file=sys.stderr)) -> Measured:
     """Measure every cell of ``plan`` (named groups of cells, measured in order) in ``rounds`` rounds,
     each round a fresh worker pool over all of them; each cell merged (``merge``)."""
-    from relu2.measure import sweep
     from relu2.measure.timing import ROUND_BUDGET
 
     if rounds < 1:

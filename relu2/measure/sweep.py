@@ -17,6 +17,8 @@ so an interrupted sweep loses at most the input it was on and a re-run picks up 
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,11 +29,13 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Protocol, Sequence
 from tqdm import tqdm
 
 from relu2.host import busy
+from relu2.host.machine import default_device, device_memory_bytes
+from relu2.measure.isolation import DEFAULT_TIMEOUT_S, Ready, WorkerPool
 from relu2.records.rows import Row, flag_outliers, make_row, read_csv, write_csv
-from relu2.vocab.schema import ROOFLINE, Cell, check_modes
+from relu2.vocab.errors import UsageError
+from relu2.vocab.schema import MODE_NAMES, ROOFLINE, Cell, check_modes, format_bytes, itemsize
 
 if TYPE_CHECKING:
-    from relu2.measure.isolation import Ready
     from relu2.measure.cell import CellResult
     from relu2.measure.timing import Budget
 
@@ -55,7 +59,6 @@ class InProcess:
         return measure_cell(cell, modes, device, budget)
 
     def ready(self, name: str) -> "Ready | None":
-        from relu2.measure.isolation import Ready
         from relu2.measure.registry import get
 
         impl = get(name)
@@ -70,7 +73,6 @@ def measurer(cells: Iterable[Cell], device: str, isolate: bool = True, timeout_s
     if not isolate:
         yield InProcess()
         return
-    from relu2.measure.isolation import DEFAULT_TIMEOUT_S, WorkerPool
 
     names = list(dict.fromkeys([ROOFLINE] + [c.impl for c in cells]))
     if progress:
@@ -116,13 +118,6 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def default_device() -> str:
-    """"cuda" when a GPU is visible, else "cpu"."""
-    from relu2.host.machine import default_device as device
-
-    return device()
-
-
 def run_cells(
     cells: Sequence[Cell],
     modes: Sequence[str] | None = None,
@@ -153,8 +148,6 @@ def run_sweep(
     Cells are measured input by input; for each input the ``copy`` reference goes first.  Never
     raises for a cell: failures and skips are recorded with their reason.
     """
-    from relu2.vocab.schema import MODE_NAMES
-
     modes = check_modes(MODE_NAMES if modes is None else modes)
     device = device or default_device()
     measurer = measurer or InProcess()
@@ -183,10 +176,6 @@ def locked(out: Path, what: str) -> Iterator[None]:
     both sets of figures by contention: it gets a UsageError naming who holds the lock.
     """
     import fcntl
-    import os
-    import socket
-
-    from relu2.vocab.errors import UsageError
 
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -243,10 +232,6 @@ _MASK_BYTES = 3
 
 def check_fits(cells: Iterable[Cell], device: str) -> None:
     """UsageError naming the first input too large for ``device``'s memory, before anything runs."""
-    from relu2.host.machine import device_memory_bytes
-    from relu2.vocab.errors import UsageError
-    from relu2.vocab.schema import format_bytes, itemsize
-
     largest = max(cells, key=lambda c: c.numel * itemsize(c.dtype), default=None)
     if largest is None:
         return

@@ -32,8 +32,9 @@ from typing import Callable, Sequence
 import torch
 
 from relu2.measure.inputs import dtype_name
-from relu2.vocab.schema import MODE_NAMES, bytes_moved, quantile
+from relu2.vocab.schema import MODE_NAMES, bytes_moved, default_sizes, grid_shape
 from relu2.vocab.schema import mode as _mode
+from relu2.vocab.schema import quantile
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -387,9 +388,8 @@ def copy_bandwidth(device: str | torch.device = "cuda", numel: int | None = None
     every figure's roofline_fraction is measured against exactly this copy; far above the L2, so it is
     the DRAM figure.
     """
-    from relu2.measure.registry import copy_bytes
     from relu2.measure.inputs import dtype_of, random_input
-    from relu2.vocab.schema import default_sizes, grid_shape
+    from relu2.measure.registry import copy_bytes
 
     kind = torch.device(device).type
     numel = numel or max(default_sizes("cuda" if kind == "cuda" else "cpu"))

@@ -35,11 +35,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from relu2.host import git
 from relu2.records.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, split, unit_of
 from relu2.records.rows import Row, csv_text, make_row, write_csv, write_stdout
+from relu2.vocab.errors import ResultsError
 from relu2.vocab.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex
 from relu2.vocab.schema import mode as mode_named
-from relu2.vocab.errors import ResultsError
 
 # asv writes these two next to result files; they are not results.
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
@@ -446,8 +447,6 @@ def commits(results_dir: str | os.PathLike, machine: str | None = None) -> list[
     Commits that tie on date (one-second resolution) are ordered by the git graph of the checkout
     that holds ``results_dir``, then by hash: the same order wherever the command runs.
     """
-    from relu2.host import git
-
     dates = commit_dates(results_dir, machine)
     order = git.order(dates, git.toplevel(results_dir))
     return sorted(dates, key=lambda h: (dates[h], order.get(h, -1), h))
@@ -459,8 +458,6 @@ def resolve_commit(results_dir: str | os.PathLike, ref: str, machine: str | None
     ``ref`` is a hash or a unique prefix of one, or any git ref (``main~1``, ``HEAD``, a tag or a
     branch) of the checkout that holds ``results_dir``.
     """
-    from relu2.host import git
-
     wanted = ref.strip()
     if not wanted:
         raise ResultsError("empty commit")

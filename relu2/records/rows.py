@@ -10,13 +10,14 @@ import csv
 import io
 import math
 import os
+import sys
 from dataclasses import asdict, field, make_dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from relu2.vocab.schema import COLUMN_NAMES, COLUMNS, OK, OUTLIER, OUTLIER_FACTOR, ROOFLINE, derive
 from relu2.host.files import atomic_write_text
 from relu2.vocab.errors import CsvError
+from relu2.vocab.schema import COLUMN_NAMES, COLUMNS, OK, OUTLIER, OUTLIER_FACTOR, ROOFLINE, derive
 
 Row = make_dataclass(
     "Row",
@@ -93,8 +94,6 @@ def write_stdout(text: str) -> None:
     """All of ``text`` to stdout, or BrokenPipeError.  Unbuffered (PYTHONUNBUFFERED=1, -u), stdout's
     text layer hands a pipe one write and drops what the pipe did not take when its reader left,
     so a ``| head`` looked like a complete export."""
-    import sys
-
     sys.stdout.flush()
     data = memoryview(text.encode(sys.stdout.encoding or "utf-8"))
     while data:

@@ -44,11 +44,14 @@ never in the benchmark subprocesses, so patching this process is enough.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import io
 import itertools
 import json
 import math
 import os
 import re
+import shlex
 import shutil
 import sys
 import tempfile
@@ -57,10 +60,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from relu2.host import git
-from relu2.vocab.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION
-from relu2.host.proc import environ
+import relu2
+from relu2.host import busy as quiet
+from relu2.host import git, lifecycle
 from relu2.host.files import atomic_write_text
+from relu2.host.machine import machine_info
+from relu2.host.outputs import name_part
+from relu2.host.proc import environ
+from relu2.measure.isolation import timeout_from_env
+from relu2.measure.rounds import rounds_from_env
+from relu2.vocab.errors import ResultsError, UsageError
+from relu2.vocab.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION
 from relu2.vocab.schema import env_flag
 
 
@@ -102,10 +112,6 @@ def _option(argv: Sequence[str], name: str) -> str | None:
 
 def torch_site() -> str:
     """The site-packages folder that holds this interpreter's torch; UsageError when there is none."""
-    import importlib.util
-
-    from relu2.vocab.errors import UsageError
-
     spec = importlib.util.find_spec("torch")
     if spec is None or not spec.submodule_search_locations:
         raise UsageError(f"torch is not importable by {sys.executable}: install it first (on a CPU-only machine "
@@ -115,10 +121,6 @@ def torch_site() -> str:
 
 def check_prerequisites(argv: Sequence[str]) -> None:
     """UsageError naming the first missing prerequisite of ``asv run``/``continuous`` (see module doc)."""
-    import importlib.util
-
-    from relu2.vocab.errors import UsageError
-
     config = _option(argv, "--config") or "asv.conf.json"
     if not os.path.isfile(config):
         raise UsageError(f"{config} not found: run relu2 asv from the repository root (or pass --config)")
@@ -143,8 +145,6 @@ def record_machine(name: str | None, path: str | None = None, extra: dict[str, s
     GPU/driver/CUDA/torch/triton keys, and ``extra`` (whether the machine is quiet); returns the name."""
     from asv.machine import Machine, MachineCollection
 
-    from relu2.host.machine import machine_info
-
     path = path or MachineCollection.get_machine_file_path()
     name = name or Machine.get_unique_machine_name()
     data = json.loads(Path(path).read_text(encoding="utf-8")) if os.path.isfile(path) else {}
@@ -166,8 +166,6 @@ def prepare(argv: Sequence[str], require_idle: bool = False) -> tuple[str, dict[
     """What ``run`` and ``continuous`` need before asv starts: prerequisites, whether the machine is
     quiet (``relu2.host.busy``), torch's site; the machine's name and its quiet keys, recorded by ``_record``
     once the range is known to be good."""
-    from relu2.host import busy as quiet
-
     if not argv or argv[0] not in _PREPARED or "-h" in argv or "--help" in argv:
         return None
     check_prerequisites(argv)
@@ -189,14 +187,8 @@ def check_asv_arguments(argv: Sequence[str]) -> None:
     machine file, the narrowed configuration and a results folder exist: options asv's parser rejects,
     a machine name that is a path, a --python that names no interpreter, a --bench that matches no
     benchmark of the suites, a range that holds no commit."""
-    import contextlib
-    import io
-
     from asv.commands import make_argparser
     from asv.config import Config
-
-    from relu2.vocab.errors import UsageError
-    from relu2.host.outputs import name_part
 
     parser, _ = make_argparser()
     said = io.StringIO()
@@ -236,8 +228,6 @@ def check_asv_arguments(argv: Sequence[str]) -> None:
 
 def suite_benchmarks(bench_dir: Path) -> list[str]:
     """The names asv gives the suites' benchmarks ("bench_relu2.Grid.track_hot"), read torch-free."""
-    import importlib.util
-
     path = bench_dir / "bench_relu2.py"
     if not path.is_file():
         return []
@@ -261,12 +251,6 @@ def check_suite_environment(config: str) -> None:
     """UsageError for a suite variable the suites would reject inside asv (where it costs a whole commit
     and says only "Setting up ... failed"): RELU2_TIMEOUT, RELU2_ROUNDS, RELU2_BENCH_SUITES.
     RELU2_BENCH_IMPLS is checked against the commits to be measured (``check_impls``)."""
-    import importlib.util
-
-    from relu2.measure.isolation import timeout_from_env
-    from relu2.vocab.errors import UsageError
-    from relu2.measure.rounds import rounds_from_env
-
     try:
         timeout_from_env()
         rounds_from_env()
@@ -298,8 +282,6 @@ def _measured(conf: dict) -> str:
 def instrument() -> Iterator[Path]:
     """The running ``relu2`` package copied into a temporary folder, named by ``RELU2_INSTRUMENT`` for
     the block (the suites import it from there; docs/tracking.md says why a copy)."""
-    import relu2
-
     source = Path(relu2.__file__).resolve().parent
     root = Path(tempfile.mkdtemp(prefix="relu2-instrument-"))
     try:
@@ -342,7 +324,6 @@ def declared_implementations(repo: str | os.PathLike, commit: str) -> tuple[list
 def check_impls(declared: set[str]) -> None:
     """UsageError when RELU2_BENCH_IMPLS names an implementation that is neither one of the instrument's
     references nor declared by any commit to be measured."""
-    from relu2.vocab.errors import UsageError
     from relu2.measure.registry import REFERENCES
 
     chosen = [n.strip() for n in os.environ.get("RELU2_BENCH_IMPLS", "").split(",") if n.strip()]
@@ -358,8 +339,6 @@ def selected_commits(conf, range_spec: str | None) -> list[str] | None:
     """The commits ``asv run RANGE`` would measure (asv's own selection), or None when asv decides
     later (no git checkout here)."""
     from asv.repo import get_repo
-
-    from relu2.vocab.errors import ResultsError
 
     repo = get_repo(conf)
     if range_spec is None:
@@ -524,8 +503,6 @@ def external_config(repo: str | os.PathLike, base_config: str = "asv.conf.json")
     """
     import tomllib
 
-    from relu2.vocab.errors import UsageError
-
     root = git.checkout(Path(repo).expanduser().resolve())
     try:
         project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
@@ -578,8 +555,6 @@ def _narrowed(argv: list[str], base_config: str = "asv.conf.json") -> list[str]:
 
 def _with_repo(argv: list[str]) -> list[str]:
     """argv with ``--repo DIR`` replaced by ``--config`` of ``external_config(DIR)``."""
-    from relu2.vocab.errors import UsageError
-
     repo = _option(argv, OPT_REPO)
     if repo is None:
         if OPT_REPO in argv:
@@ -597,8 +572,6 @@ def _with_repo(argv: list[str]) -> list[str]:
 
 def main(argv: Sequence[str]) -> int:
     """Run ``asv ARGV...`` in this process with one instrument and atomic result writes; asv's exit status."""
-    from relu2.vocab.errors import UsageError
-
     if not argv:
         raise UsageError("relu2 asv needs an asv command, e.g. relu2 asv run --machine mybox main~2..main "
                          "(relu2 asv run --help lists asv's options)")
@@ -613,9 +586,6 @@ def main(argv: Sequence[str]) -> int:
 
 def _measure(argv: list[str], machine: str, machine_keys: dict[str, str]) -> int:
     from asv.config import Config
-
-    from relu2.host import lifecycle
-    from relu2.vocab.errors import UsageError
 
     config = _option(argv, "--config") or "asv.conf.json"
     conf = Config.load(config)
@@ -663,9 +633,6 @@ def _only_measurable(argv: list[str], conf, hashfile: Path) -> tuple[list[str] |
     can be measured."""
     from asv.commands import make_argparser
 
-    from relu2.vocab.errors import ResultsError
-    from relu2.vocab.errors import UsageError
-
     parser, _ = make_argparser()
     try:
         args = parser.parse_args(argv)
@@ -710,10 +677,6 @@ _RANGE_WORDS = ("EXISTING", "NEW", "TAGS", "ALL", "HEAD")
 def _check_range(repo_dir: str, range_spec: str | None) -> None:
     """UsageError in one line, git's own, for a range git cannot read (asv would print the whole
     failed ``git rev-list`` call, then raise)."""
-    import shlex
-
-    from relu2.vocab.errors import UsageError
-
     if range_spec is None or range_spec in _RANGE_WORDS or range_spec.startswith("HASHFILE:"):
         return
     proc = git.run(repo_dir, "rev-list", "--first-parent", *shlex.split(range_spec), "--", check=False)

@@ -31,6 +31,7 @@ written after every step to the state file, replayed on the next run to resume.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
@@ -40,9 +41,16 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 from relu2.host import git
-from relu2.host.files import finite
-from relu2.judge.rule import FASTER, SAME, SLOWER, Rule, move, paired_figures, verdict_of
-from relu2.vocab.schema import DEFAULT_FLOOR_S, MIN_ROUNDS, OK, SKIPPED  # SKIPPED: a commit not measured for a cell, for whatever reason
+from relu2.host.files import atomic_write_text, finite
+from relu2.host.machine import gpu_name
+from relu2.host.outputs import claim_file
+from relu2.judge import noise
+from relu2.judge.rule import FASTER, SAME, SLOWER, Rule, family_of, move, paired_figures, verdict_of
+from relu2.runs import confirm
+from relu2.runs.asv_run import declared_implementations
+from relu2.vocab.errors import UsageError
+from relu2.vocab.schema import DEFAULT_FLOOR_S  # SKIPPED: a commit not measured for a cell, for whatever reason
+from relu2.vocab.schema import MIN_ROUNDS, OK, SKIPPED, band_of, format_seconds
 
 STATE_FORMAT = 1
 DEFAULT_FACTOR = 1.2  # a step of 1.5x is found on a shared 2-core CPU; a noise model's per-cell ratio is finer
@@ -342,8 +350,6 @@ class Plan:
 def load_steps(plan: Plan, state: Path | None) -> list[Step]:
     """The steps of an earlier run of the same search from ``state`` ([] when there is none);
     UsageError when the file holds another search, or is not a state file."""
-    from relu2.vocab.errors import UsageError
-
     if state is None or not state.exists():
         return []
     try:
@@ -362,7 +368,6 @@ def load_steps(plan: Plan, state: Path | None) -> list[Step]:
 def save_steps(plan: Plan, steps: Sequence[Step], state: Path | None) -> None:
     if state is None:
         return
-    from relu2.host.files import atomic_write_text
 
     atomic_write_text(state, json.dumps({"format": STATE_FORMAT, **asdict(plan), "steps": [asdict(s) for s in steps]},
                                         indent=1, allow_nan=True) + "\n")
@@ -383,7 +388,6 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
             cells, rounds = measure_step(oracle, sides, plan.cells, lambda cell, f: reproduced(f[0], f[1], plan.factor_of(cell)),
                                          plan.budget)
         except Unmeasurable as e:
-            from relu2.vocab.errors import UsageError
 
             raise UsageError(f"GOOD or BAD cannot be measured: {e}") from None
         steps.append(Step(0, last, plan.commits[last], rounds, time.monotonic() - started, cells=cells))
@@ -433,8 +437,6 @@ def cell_name(target) -> str:
 def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
     """GOOD, then the first-parent commits after it up to BAD (full hashes); UsageError when GOOD is
     not an ancestor of BAD, or is BAD."""
-    from relu2.vocab.errors import UsageError
-
     good_sha, bad_sha = git.resolve(repo, good), git.resolve(repo, bad)
     if good_sha == bad_sha:
         raise UsageError(f"GOOD and BAD are the same commit ({good_sha[:10]}): nothing to bisect")
@@ -446,8 +448,6 @@ def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
 def default_state(repo: Path, commits: Sequence[str], cells: Sequence[str]) -> Path:
     """Where a bisection keeps its steps unless told: in the repository's git folder (as git bisect
     does), named by its range and cells, so the same command run again resumes it."""
-    import hashlib
-
     common = git.common_dir(repo)
     key = hashlib.sha256("\n".join([*commits, *cells]).encode()).hexdigest()[:8]
     return common / "relu2-bisect" / f"{commits[0][:8]}-{commits[-1][:8]}-{key}.json"
@@ -461,12 +461,7 @@ def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Or
     commits, this checkout's instrument, interleaved rounds of a fresh process per side): step 0 one
     comparison, GOOD beside BAD; a probe two, GOOD beside it and it beside BAD.  A probe that does not
     declare the interface or does not build is Unmeasurable."""
-    from relu2.runs.asv_run import declared_implementations
-    from relu2.vocab.errors import UsageError
-
     def compared(base: str, head: str, cells: Sequence[str], rounds: int) -> dict[str, tuple]:
-        from relu2.runs import confirm
-
         report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False)
         by_key = {f"{c['impl']}:{c['dtype']}:{c['shape']}:{c['mode']}": c for c in report["cells"]}
         return {cell: (_side(by_key.get(cell), "base", base), _side(by_key.get(cell), "head", head))
@@ -536,12 +531,6 @@ def model_factors(targets: Mapping[str, object], gpu: str) -> dict[str, float]:
     and band on ``gpu`` ("none": the CPU), the cells followed sharing the model's budget, times its
     group's typical width (the gate reads each cell's own; a bisect target names no kernel to read it
     by); a cell whose group the model lacks (or a GPU without a same-box model) is left out."""
-    import math
-
-    from relu2.judge import noise
-    from relu2.vocab.schema import band_of
-    from relu2.judge.rule import family_of
-
     model = noise.model_for(noise.load_models(), gpu, noise.SAME_BOX)
     if model is None:
         return {}
@@ -565,7 +554,6 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
     plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor or DEFAULT_FACTOR, budget, factors)
     state = state or default_state(repo, plan.commits, plan.cells)
     steps = load_steps(plan, state)
-    from relu2.host.outputs import claim_file
 
     # Written after every step: a state file that cannot be written is refused before step 0, and one
     # that is not this search's own is never replaced (load_steps refused another search's already).
@@ -582,8 +570,6 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
 
 def _gpu(device: str) -> str:
     """The GPU model a noise model is learned for: the device's name, "none" on the CPU."""
-    from relu2.host.machine import gpu_name
-
     return gpu_name() if device == "cuda" else "none"
 
 
@@ -599,8 +585,6 @@ def _rule(plan: Plan) -> str:
 
 def format_text(report: Report) -> str:
     """The answer per cell (the culprit with its figures and its parent's, or the range), then the steps."""
-    from relu2.vocab.schema import format_seconds
-
     commits, names = report.plan.commits, report.subjects
     index = {c: i for i, c in enumerate(commits)}
 

@@ -34,11 +34,16 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import importlib.util
 import io
+import itertools
 import json
+import math
 import os
 import pickle
 import shutil
+import site
+import socket
 import subprocess
 import sys
 import tempfile
@@ -49,12 +54,23 @@ from typing import Callable, Iterator, Sequence
 
 from relu2.host import busy as quiet
 from relu2.host import git
+from relu2.host.files import atomic_write_text
+from relu2.host.machine import machine_info, resolve_device
+from relu2.host.outputs import claim_dir, name_part
 from relu2.host.proc import Ended, environ, run_child
+from relu2.judge import gate
+from relu2.measure import rounds
+from relu2.measure.isolation import timeout_from_env
+from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS, merge
 from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, check_resumable, incomplete,
-                                         write_info)
+                                          write_info)
+from relu2.runs import asv_run
+from relu2.runs.asv_run import (ENV_INSTRUMENT, atomic_asv_writes, check_suite_environment, declared_implementations,
+                                instrument)
 from relu2.vocab.errors import UsageError
-from relu2.vocab.schema import MAX_ROUNDS, MIN_ROUNDS
+from relu2.vocab.interface import ENV_MEASURED, _normal
 from relu2.vocab.schema import SKIPPED  # also the key under which a commit says why it has no figures
+from relu2.vocab.schema import MAX_ROUNDS, MIN_ROUNDS, Cell
 
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
 ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
@@ -73,8 +89,6 @@ def order(rounds: int) -> list[str]:
 
 def box_id() -> str:
     """This boot of this machine: the kernel's boot id (a reboot or another box is another id)."""
-    import socket
-
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="utf-8").strip()
     except OSError:  # not Linux: the host and (about) when it booted
@@ -92,8 +106,6 @@ def _now() -> str:
 def check_instrument_env() -> None:
     """UsageError for a ``RELU2_INSTRUMENT`` from outside that names no instrument: the run sets its own,
     and a folder that is not one would otherwise be overridden without a word."""
-    from relu2.runs.asv_run import ENV_INSTRUMENT
-
     named = os.environ.get(ENV_INSTRUMENT, "")
     if named and not (Path(named) / "relu2" / "__init__.py").is_file():
         raise UsageError(f"{ENV_INSTRUMENT}={named!r} holds no relu2 package: unset it (relu2 compare measures "
@@ -103,8 +115,6 @@ def check_instrument_env() -> None:
 def check_declared(repo: Path, commits: dict[str, str]) -> set[str]:
     """The implementations the commits (ref -> sha) declare through interface 1; UsageError naming a commit
     that predates it (its package would not install into a side, with pip's hint as the only word)."""
-    from relu2.runs.asv_run import declared_implementations
-
     declared: set[str] = set()
     for ref, sha in commits.items():
         names, why = declared_implementations(repo, sha)
@@ -127,8 +137,6 @@ def project_name(tree: Path) -> str:
 def check_measured_env(names: Sequence[str]) -> None:
     """UsageError when ``RELU2_MEASURED`` names a distribution that neither side builds: its
     implementations would be looked for where there are none, and every cell would read n/a."""
-    from relu2.vocab.interface import ENV_MEASURED, _normal
-
     named = os.environ.get(ENV_MEASURED, "")
     if named and _normal(named) not in {_normal(n) for n in names}:
         raise UsageError(f"{ENV_MEASURED}={named!r}: the commits build {', '.join(sorted(set(names)))}; unset it "
@@ -140,8 +148,6 @@ NARROWING = ("RELU2_BENCH_QUICK", "RELU2_BENCH_IMPLS", "RELU2_TIMEOUT")  # recor
 
 def suite_names(benchmarks: Path) -> list[str]:
     """The suites ``benchmarks/bench_relu2.py`` measures under this environment (RELU2_BENCH_SUITES)."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location("relu2_bench_suites", benchmarks / "bench_relu2.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # torch-free: only the vocabulary
@@ -151,8 +157,6 @@ def suite_names(benchmarks: Path) -> list[str]:
 def check_suites(benchmarks: Path, suites: Sequence[str]) -> None:
     """UsageError for a suite ``benchmarks/bench_relu2.py`` does not have (``suites``, else
     RELU2_BENCH_SUITES), and for any other suite variable it would refuse."""
-    from relu2.runs.asv_run import check_suite_environment
-
     config = benchmarks.parent / "asv.conf.json"
     if not config.is_file():
         raise UsageError(f"{config}: not found (the suites are this checkout's benchmarks/)")
@@ -219,9 +223,6 @@ class Ruler:
 def _tool_paths() -> list[str]:
     """Folders outside this interpreter's site-packages that hold asv and asv_runner (a PYTHONPATH
     entry, as on a box whose torch is not ours to install into): a child needs them to write its results."""
-    import importlib.util
-    import site
-
     own = {os.path.realpath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
     found: list[str] = []
     for name in ("asv", "asv_runner"):
@@ -235,9 +236,6 @@ def _tool_paths() -> list[str]:
 
 
 def _env(side: Side, ruler: Ruler, **extra: str) -> dict[str, str]:
-    from relu2.runs.asv_run import ENV_INSTRUMENT
-    from relu2.vocab.interface import ENV_MEASURED
-
     # The side's own folders first; the tools last, so they never shadow the code under test.
     path = [str(ruler.instrument), str(side.site), *_tool_paths()]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(path),
@@ -292,7 +290,6 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
         partial = result.with_suffix(".partial")
         request = {"device": device, "benchmarks": str(ruler.benchmarks), "out": str(partial),
                    "cells": [[c.impl, c.dtype, list(c.shape)] for c in cells] if cells is not None else None}
-        from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS
 
         began = time.perf_counter()
         ended = _child("round", request, side, ruler, scratch, ROUND_TIMEOUT_S,
@@ -310,8 +307,6 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
 def merged_cells(paths: Sequence[Path]) -> dict:
     """A side's rounds merged, as the suites' cache: ``{"device", "cells": {(impl, dtype, shape): entry}}``
     (entries as ``bench_relu2._entry`` writes them; samples one median a round, in round order)."""
-    from relu2.measure.rounds import merge
-
     got = [pickle.loads(p.read_bytes()) for p in paths]
     skipped = next((g[SKIPPED] for g in got if g.get(SKIPPED)), "")
     if skipped:
@@ -336,12 +331,6 @@ def _suites(benchmarks: str):
 
 def _round(request: dict) -> int:
     """A round's process: measure the plan (or the cells asked for) once; pickle the results."""
-    import math
-
-    from relu2.measure import rounds
-    from relu2.measure.isolation import timeout_from_env
-    from relu2.vocab.schema import Cell
-
     bench = _suites(request["benchmarks"])
     device = request["device"]
     skipped = bench._predates_interface()
@@ -367,9 +356,6 @@ def _record(request: dict) -> int:
     from asv_runner.benchmarks.mark import SkipNotImplemented
     from asv_runner.discovery import disc_benchmarks, list_benchmarks
 
-    from relu2.runs.asv_run import atomic_asv_writes
-    from relu2.host.machine import machine_info
-
     root, folder = request["benchmarks"], Path(request["folder"])
     _suites(root)
     cache = merged_cells([Path(p) for p in request["rounds"]])
@@ -387,8 +373,6 @@ def _record(request: dict) -> int:
     params = {**machine, "python": f"{sys.version_info.major}.{sys.version_info.minor}"}
     results = Results(params, {}, request["sha"], request["date_ms"], params["python"], ENV_NAME, {})
     started = _dt.datetime.now(_dt.timezone.utc)
-    import itertools
-    import math
 
     for bench in disc_benchmarks(root):
         description = described[bench.name]
@@ -470,8 +454,6 @@ def unsupported(side: Side, ruler: Ruler, scratch: Path, impls: Sequence[str], d
 @contextlib.contextmanager
 def ruler(scratch: Path) -> Iterator[Ruler]:
     """This checkout's instrument and suites, copied for the length of the run."""
-    from relu2.runs.asv_run import instrument
-
     here = Path(__file__).resolve().parents[2] / "benchmarks"
     if not (here / "bench_relu2.py").is_file():
         raise UsageError(f"{here}: no bench_relu2.py (relu2 compare measures with a checkout's suites)")
@@ -501,11 +483,6 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
     rounds are kept, the others measured, then the results written.  The folder is trusted as this
     tool's own (its rounds are pickles): resume only what you measured."""
     from asv.machine import Machine
-
-    from relu2.host.machine import resolve_device
-
-    from relu2.runs import asv_run
-    from relu2.host.outputs import claim_dir, name_part
 
     if not 1 <= rounds <= MAX_ROUNDS:
         raise UsageError(f"--rounds {rounds}: expected 1 to {MAX_ROUNDS}")
@@ -570,9 +547,6 @@ def judge(folder: str | os.PathLike, fmt: str = "text", *, factor: float | None 
     """The verdict on a compare folder (``relu2 gate --compare``: the paired rule, the same-box model
     of this GPU, or ``factor``) in ``fmt``, and its exit status (relu2 gate's); every format is written
     to ``folder/report.*``."""
-    from relu2.judge import gate
-    from relu2.host.files import atomic_write_text
-
     report = gate.gate_compare(folder, factor=factor, noise_model=noise_model)
     rendered = {f: report.render(f) for f in REPORT_FORMATS}
     for f, name in REPORT_FORMATS.items():

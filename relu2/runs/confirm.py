@@ -22,7 +22,9 @@ round], "head_rounds": [...], "impl", "dtype", "shape", "mode", "base_status", "
 
 from __future__ import annotations
 
+import math
 import pickle
+import socket
 import statistics
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -30,9 +32,13 @@ from pathlib import Path
 from typing import Sequence
 
 from relu2.host import git
-from relu2.vocab.schema import DTYPES, MODE_NAMES, OK, SKIPPED, Cell, parse_shape
+from relu2.host.machine import default_device
+from relu2.records.asv_names import measure_of, suite_dtype
+from relu2.runs import compare
+from relu2.vocab.errors import UsageError
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
-from relu2.vocab.schema import CONFIRM_ROUNDS
+from relu2.vocab.schema import (CONFIRM_ROUNDS, DTYPES, MODE_NAMES, OK, SKIPPED, Cell, format_seconds, geometry,
+                                parse_shape)
 
 # A confirmation measures a few flagged cells, not the suites: twice a compare's rounds cost little.
 
@@ -86,7 +92,6 @@ def parse_target(text: str) -> Target:
     if mode not in MODE_NAMES:
         raise ValueError(f"not a timing mode: {mode!r} in {text!r} (modes: {', '.join(MODE_NAMES)})")
     shape = parse_shape(shape_text)
-    import math
 
     return Target(Cell(impl, dtype, math.prod(shape), shape), mode)
 
@@ -94,9 +99,6 @@ def parse_target(text: str) -> Target:
 def targets_from_gate(report: dict) -> list[Target]:
     """The flagged cells of ``relu2 gate --format json``'s report: its regressions, one target per
     measurement (a cell listed by several suites once)."""
-    from relu2.records.asv_names import suite_dtype
-    from relu2.vocab.schema import geometry
-
     out: dict[tuple, Target] = {}
     for change in report.get("regressions", []):
         mode, params = _cell_mode(change), change["params"]
@@ -119,8 +121,6 @@ def not_cells_in_gate(report: dict) -> list[str]:
 
 def _cell_mode(change: dict) -> str | None:
     """The timing mode of a flagged change of a gate report that is one cell (None: it is not one)."""
-    from relu2.records.asv_names import measure_of
-
     mode = measure_of(change["benchmark"], change.get("unit"))
     return mode if mode in MODE_NAMES and "impl" in change["params"] else None
 
@@ -134,12 +134,6 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
     instrument, ABBA rounds, a fresh process per side and round); the report as plain data.
 
     UsageError before any round when a side cannot run a target's implementation on ``device``."""
-    import socket
-
-    from relu2.runs import compare
-    from relu2.host.machine import default_device
-    from relu2.vocab.errors import UsageError
-
     device = device or default_device()
     say = compare._stderr if progress else (lambda line: None)
     base_sha, head_sha = git.resolve(repo, base), git.resolve(repo, head)
@@ -192,8 +186,6 @@ def not_measured(report: dict) -> list[str]:
 
 def format_confirmation(report: dict) -> str:
     """One line per target: the medians over rounds and their ratio."""
-    from relu2.vocab.schema import format_seconds
-
     lines = [f"base {report['base'][:8]}  head {report['head'][:8]}  {report['rounds']} rounds on {report['device']}"]
     for c in report["cells"]:
         entry = Confirmed(**c)

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from relu2.host import git
+from relu2.host import busy as quiet
+from relu2.host import git, lifecycle
+from relu2.measure import sweep
+from relu2.records.rows import write_csv
+from relu2.show.table import format_table
 from relu2.vocab import schema
+from relu2.vocab.errors import UsageError
 from relu2.vocab.schema import Cell
 
 if TYPE_CHECKING:
@@ -46,8 +51,6 @@ def implementations(asked: Sequence[str] | None, known: Sequence[str], default: 
                     ) -> list[str]:
     """The implementations to sweep (``default``, else every ``known`` one, when none are asked for),
     roofline last; UsageError naming an unknown one."""
-    from relu2.vocab.errors import UsageError
-
     names = list(asked or (known if default is None else default))
     unknown = [n for n in names if n not in known]
     if unknown:
@@ -60,8 +63,6 @@ def implementations(asked: Sequence[str] | None, known: Sequence[str], default: 
 def plan_cells(names: Sequence[str], dtypes: Sequence[str], sizes: Sequence[int], *, grid: bool = True,
                model_shapes: bool = False, vllm_shapes: bool = False, nemotron: bool = False) -> list[Cell]:
     """The grid (unless ``grid`` is False) plus the model-shape sets asked for; UsageError when empty."""
-    from relu2.vocab.errors import UsageError
-
     cells = schema.grid_cells(names, dtypes, sizes) if grid else []
     if model_shapes:
         cells += schema.model_cells(names)
@@ -77,9 +78,6 @@ def plan_cells(names: Sequence[str], dtypes: Sequence[str], sizes: Sequence[int]
 def run(plan: Plan) -> int:
     """Measure ``plan`` into ``plan.out``: CSV, table and plots; 0, or 1 (a figure failed).  Interrupted,
     it ends the sweep's processes, says what it kept and raises ``relu2.host.lifecycle.Interrupted`` (130)."""
-    from relu2.host import lifecycle
-    from relu2.host import busy as quiet
-    from relu2.measure import sweep
     from relu2.measure.timing import Budget
 
     sweep.check_fits(plan.cells, plan.device)  # UsageError before anything runs
@@ -107,8 +105,6 @@ def run(plan: Plan) -> int:
 
 def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> None:
     """UsageError when an implementation asked for by name cannot run here (a broken one runs and fails)."""
-    from relu2.vocab.errors import UsageError
-
     ready = {n: measurer.ready(n) for n in named}
     absent = {n: r.why_not(device) for n, r in ready.items() if r is not None and not r.broken and r.why_not(device)}
     if absent:
@@ -119,8 +115,6 @@ def finish(rows: list, out: Path, partial: Path) -> int:
     """Write the CSV, print the table, draw the plots (saying which were not drawn and why), then drop
     the checkpoint; 1 when a figure failed."""
     from relu2.show import plot
-    from relu2.show.table import format_table
-    from relu2.records.rows import write_csv
 
     write_csv(rows, out / "sweep.csv")
     print(format_table(rows))

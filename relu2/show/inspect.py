@@ -18,6 +18,7 @@ agreement and fingerprint are ``relu2.measure.cell.prepare_and_check``, a measur
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import subprocess
@@ -26,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from relu2.vocab.schema import format_shape
+from relu2.measure import isolation
+from relu2.vocab.errors import UsageError
+from relu2.vocab.schema import Cell, format_shape
 
 # ld.global.v4.b32, st.global.b16, ld.global.nc.L1::evict_last.v2.u32 ...
 _PTX_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)+)")
@@ -116,26 +119,20 @@ class Explanation:
 
 def explain(name: str, dtype: str, shape: tuple[int, ...], device: str) -> Explanation:
     """Run ``name`` once on a fresh (dtype, shape) input as a measurement would, and say what ran."""
-    from relu2.measure.isolation import private_caches
-
-    with private_caches("relu2-inspect-") as caches:
+    with isolation.private_caches("relu2-inspect-") as caches:  # looked up at the call: tests spy on it
         return _explain(name, dtype, shape, device, caches)
 
 
 def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches: Path) -> Explanation:
-    import math
-
     import torch
 
     from relu2.measure.agreement import AgreementError
-    from relu2.measure.compiled import Compiled
     from relu2.measure.cell import fresh_input, prepare_and_check
+    from relu2.measure.compiled import Compiled
     from relu2.measure.registry import get
-    from relu2.vocab.schema import Cell
 
     impl = get(name)
     if not impl.supports(device):
-        from relu2.vocab.errors import UsageError
 
         raise UsageError(f"{name} cannot run on {device}: {impl.why_not(device).splitlines()[0]}")
     warmup = ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -26,11 +27,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
 
+from relu2.host import git  # noqa: E402
 from relu2.host.files import atomic_write_text  # noqa: E402
 from relu2.records.rows import Row  # noqa: E402
-from relu2.vocab.schema import OK, STATUSES  # noqa: E402
-from relu2.vocab.schema import BASELINE, ROOFLINE, dtype_order, impl_order, impl_style, is_grid_shape, parse_shape  # noqa: E402
+from relu2.show.table import speedups as by_id  # noqa: E402
 from relu2.vocab import schema  # noqa: E402  (read at call time: the modes are the schema's MODES)
+from relu2.vocab.errors import UsageError  # noqa: E402
+from relu2.vocab.schema import (BASELINE, OK, ROOFLINE, STATUSES, dtype_order, impl_order, impl_style,  # noqa: E402
+                                is_grid_shape, parse_shape)
 from relu2.vocab.schema import mode as mode_of  # noqa: E402
 
 DPI = 150
@@ -66,8 +70,6 @@ def latest_commit(rows: Sequence[Row]) -> tuple[str, str]:
 
 def select_commit(rows: Sequence[Row], commit: str | None = None, machine: str | None = None) -> list[Row]:
     """The rows of one machine at one commit: ``commit`` (a prefix) or the latest; ValueError when none match."""
-    from relu2.vocab.errors import UsageError
-
     rows = [r for r in rows if machine is None or r.machine == machine]
     if commit:
         matches = sorted({r.commit for r in rows if r.commit.startswith(commit)})
@@ -369,8 +371,6 @@ def plot_bandwidth(rows: Sequence[Row], out_dir: str | os.PathLike, modes: Seque
 
 def speedups(rows: Sequence[Row]) -> list[tuple[Row, float]]:
     """``(row, baseline median ÷ row median)`` for every ok non-baseline row whose baseline twin is ok."""
-    from relu2.show.table import speedups as by_id
-
     rows = ok_rows(rows)
     ratio = by_id(rows)
     return [(r, ratio[id(r)]) for r in rows if r.impl != BASELINE and id(r) in ratio]
@@ -493,7 +493,6 @@ def plot_history(rows: Sequence[Row], impl: str, dtype: str, numel: int, mode: s
         return []
     machine = max(groups(cell, "machine").items(), key=lambda kv: len(kv[1]))[0][0]
     cell = [r for r in cell if r.machine == machine]
-    from relu2.host import git
 
     order = git.order({r.commit for r in cell}, repo)  # same-second commits: the repo's graph decides
     cell.sort(key=lambda r: (r.date, order.get(r.commit, -1), r.commit))
@@ -614,8 +613,6 @@ def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None
 
 def say_missing(drawn: Drawn, command: str) -> None:
     """One stderr line per promised plot not drawn, saying why."""
-    import sys
-
     for name, why in drawn.missing.items():
         what = "nothing to draw" if name == "all" else f"no {name} plot"
         print(f"{command}: {what}: {why}", file=sys.stderr)

@@ -24,9 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from relu2.host.files import atomic_write_text
 from relu2.host.machine import is_cpu_machine
 from relu2.host.outputs import claim_replaced_dir
-from relu2.host.files import atomic_write_text
+from relu2.records.asv_names import KERNEL, measure_of
+from relu2.records.asv_results import load_measurements, machines
+from relu2.vocab.errors import ResultsError, UsageError
 from relu2.vocab.schema import MODE_NAMES
 
 FINGERPRINT_UNIT = "kernel id"  # the unit of the suites' track_kernel (benchmarks/bench_relu2.py)
@@ -36,8 +39,6 @@ KEYS = ("branch", "machine")  # what a series is keyed by on the dashboard
 def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | None = None) -> Path:
     """``asv publish`` (with ``asv_args``), ``asv-tachyon install``, then ``reshape``; the html folder."""
     from asv.config import Config
-
-    from relu2.vocab.errors import UsageError
 
     try:
         conf = Config.load(str(config))
@@ -85,10 +86,7 @@ def check_results(results_dir: str | os.PathLike) -> None:
     """Every result file read as the gate reads it (ResultsError naming the first that is not one):
     asv publish skips a truncated or garbage file without a word, and its commit would vanish from
     the dashboard."""
-    from relu2.records.asv_results import load_measurements, machines
-
     if not machines(results_dir):
-        from relu2.vocab.errors import ResultsError
 
         raise ResultsError(f"{results_dir}: no machine with results (no <machine>/machine.json beside a result file)")
     load_measurements(results_dir)
@@ -126,8 +124,6 @@ def reshape(html: Path) -> None:
 def _gated(name: str, info: dict[str, Any]) -> bool:
     """Whether ``relu2 gate`` judges the benchmark ``name`` ("bench_relu2.Grid.track_hot(...)") on this
     machine: never a CPU machine's figures, never launch (host wall clock), never a fingerprint."""
-    from relu2.records.asv_names import KERNEL, measure_of
-
     what = measure_of(name)
     if is_cpu_machine(info) or what == KERNEL:
         return False

@@ -24,7 +24,10 @@ names never pays for torch.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, Callable, Iterable, Mapping
 
 INTERFACE_VERSION = 1
@@ -185,9 +188,6 @@ def entry_points(measured: str | None = None) -> list:
     ``measured`` (default ``$RELU2_MEASURED``) keeps only those of that distribution: under asv, the
     package of the commit being measured, whatever else the environment can see.
     """
-    import os
-    from importlib import metadata
-
     measured = os.environ.get(ENV_MEASURED, "") if measured is None else measured
     found: dict[str, Any] = {}
     for dist in metadata.distributions():
@@ -205,6 +205,4 @@ def declares_interface(measured: str) -> bool:
 
 
 def _normal(name: str) -> str:
-    import re
-
     return re.sub(r"[-_.]+", "-", name).lower()

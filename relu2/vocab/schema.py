@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -140,8 +141,6 @@ def quantile(samples: Sequence[float], q: float) -> float:
 def env_flag(name: str) -> bool:
     """An on/off environment variable: unset, "", 0, false or no is off; 1, true or yes is on; anything
     else is a ValueError naming it (a typo never silently means the other thing)."""
-    import os
-
     value = os.environ.get(name, "").strip().lower()
     if value in ("", "0", "false", "no"):
         return False
