@@ -259,7 +259,7 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0) -
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="relu2-counters-") as tmp:
         plan, done = Path(tmp) / "plan.json", Path(tmp) / "done.json"
-        plan.write_text(json.dumps({"cells": [_cell_json(c) for c in cells], "launches": launches}))
+        plan.write_text(json.dumps({"cells": [c.to_json() for c in cells], "launches": launches}))
         log = Path(tmp) / "ncu.csv"
         command = [ncu, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "application-only",
                    "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(METRICS),
@@ -279,19 +279,11 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0) -
         raise RuntimeError(f"ncu listed {len(groups)} profiled launches, the child made {expected}")
     it = iter(groups)
     for entry in ran["launched"]:
-        cell = _cell_of(entry["cell"])
+        cell = Cell.from_json(entry["cell"])
         counted.works[cell] = [next(it) for _ in entry["launches"]]
     for entry in ran["uncounted"]:
-        counted.failed[_cell_of(entry["cell"])] = entry["reason"]
+        counted.failed[Cell.from_json(entry["cell"])] = entry["reason"]
     return counted
-
-
-def _cell_json(cell: Cell) -> dict[str, Any]:
-    return {"impl": cell.impl, "dtype": cell.dtype, "numel": cell.numel, "shape": list(cell.shape)}
-
-
-def _cell_of(data: Mapping[str, Any]) -> Cell:
-    return Cell(data["impl"], data["dtype"], int(data["numel"]), tuple(data["shape"]))
 
 
 # --- measuring: the child, under ncu --------------------------------------------------------------------
@@ -311,7 +303,7 @@ def _child(plan_path: str, done_path: str) -> int:
     launches = int(plan["launches"])
     done: dict[str, list] = {"launched": [], "uncounted": []}
     for data in plan["cells"]:
-        cell = _cell_of(data)
+        cell = Cell.from_json(data)
         try:
             impl = get(cell.impl)
             why = impl.reason if impl.broken else impl.why_not("cuda")
@@ -344,9 +336,9 @@ def _child(plan_path: str, done_path: str) -> int:
 def report_json(counted: Counted) -> dict[str, Any]:
     return {
         "counters": [asdict(c) for c in COUNTERS],
-        "cells": [{"cell": _cell_json(cell), "launches": [w.to_json() for w in works]}
+        "cells": [{"cell": cell.to_json(), "launches": [w.to_json() for w in works]}
                   for cell, works in counted.works.items()],
-        "uncounted": [{"cell": _cell_json(cell), "reason": reason} for cell, reason in counted.failed.items()],
+        "uncounted": [{"cell": cell.to_json(), "reason": reason} for cell, reason in counted.failed.items()],
         "seconds": counted.seconds,
     }
 
@@ -358,9 +350,9 @@ def read_report(folder: Path) -> Counted:
     data = json.loads(text)
     counted = Counted(seconds=float(data.get("seconds", 0.0)))
     for entry in data["cells"]:
-        counted.works[_cell_of(entry["cell"])] = [Work.from_json(w) for w in entry["launches"]]
+        counted.works[Cell.from_json(entry["cell"])] = [Work.from_json(w) for w in entry["launches"]]
     for entry in data.get("uncounted", data.get(FAILED, [])):  # the first runs (docs/aa) named it so
-        counted.failed[_cell_of(entry["cell"])] = entry["reason"]
+        counted.failed[Cell.from_json(entry["cell"])] = entry["reason"]
     return counted
 
 

@@ -429,11 +429,6 @@ def progress_line(step: Step, plan: Plan) -> str:
 # --- the range and the cells, decoded once at the edge ------------------------------------------------
 
 
-def cell_name(target) -> str:
-    """``IMPL:DTYPE:SHAPE:MODE``, as --cell takes it and the output names it."""
-    return f"{target.cell.impl}:{target.cell.dtype}:{target.cell.shape_str}:{target.mode}"
-
-
 def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
     """GOOD, then the first-parent commits after it up to BAD (full hashes); UsageError when GOOD is
     not an ancestor of BAD, or is BAD."""
@@ -549,7 +544,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
     """Bisect GOOD..BAD of ``repo`` on ``targets`` (confirm.Target), measuring with relu2 confirm's
     rounds; resumes from ``state`` (default: in the repository's git folder).  ``factor`` None: each
     cell's factor from the same-box model (``model_factors``), else ``DEFAULT_FACTOR``."""
-    by_name = {cell_name(t): t for t in targets}
+    by_name = {t.name: t for t in targets}
     factors = {} if factor is not None else model_factors(by_name, _gpu(device))
     plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor or DEFAULT_FACTOR, budget, factors)
     state = state or default_state(repo, plan.commits, plan.cells)

@@ -289,7 +289,7 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
         caches[name].mkdir(exist_ok=True)
         partial = result.with_suffix(".partial")
         request = {"device": device, "benchmarks": str(ruler.benchmarks), "out": str(partial),
-                   "cells": [[c.impl, c.dtype, list(c.shape)] for c in cells] if cells is not None else None}
+                   "cells": [c.to_json() for c in cells] if cells is not None else None}
 
         began = time.perf_counter()
         ended = _child("round", request, side, ruler, scratch, ROUND_TIMEOUT_S,
@@ -340,7 +340,7 @@ def _round(request: dict) -> int:
         if request["cells"] is None:
             plan = bench.measuring_plan(device)
         else:
-            plan = [("cells", [Cell(i, d, math.prod(s), tuple(s)) for i, d, s in request["cells"]])]
+            plan = [("cells", [Cell.from_json(c) for c in request["cells"]])]
         done = rounds.measure(plan, device, 1, budget=bench.budget(), timeout_s=timeout_from_env())
         data = {"device": device, "results": done.results, "wanted": {c for _, cells in plan for c in cells}}
     Path(request["out"]).write_bytes(pickle.dumps(data))

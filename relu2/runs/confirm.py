@@ -22,7 +22,6 @@ round], "head_rounds": [...], "impl", "dtype", "shape", "mode", "base_status", "
 
 from __future__ import annotations
 
-import math
 import pickle
 import socket
 import statistics
@@ -37,8 +36,7 @@ from relu2.records.asv_names import measure_of, suite_dtype
 from relu2.runs import compare
 from relu2.vocab.errors import UsageError
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
-from relu2.vocab.schema import (CONFIRM_ROUNDS, DTYPES, MODE_NAMES, OK, SKIPPED, Cell, format_seconds, geometry,
-                                parse_shape)
+from relu2.vocab.schema import CONFIRM_ROUNDS, MODE_NAMES, OK, SKIPPED, Cell, format_seconds, geometry, parse_shape
 
 # A confirmation measures a few flagged cells, not the suites: twice a compare's rounds cost little.
 
@@ -56,6 +54,10 @@ class Target:
 
     def describe(self) -> str:
         return f"{self.cell.describe()} {self.mode}"
+
+    @property
+    def name(self) -> str:
+        return self.cell.name(self.mode)
 
 
 @dataclass
@@ -83,17 +85,7 @@ class Confirmed:
 
 def parse_target(text: str) -> Target:
     """``IMPL:DTYPE:SHAPE:MODE`` ("fused:bfloat16:4096x4096:hot") -> a Target; ValueError otherwise."""
-    parts = text.split(":")
-    if len(parts) != 4:
-        raise ValueError(f"not a cell: {text!r} (use IMPL:DTYPE:SHAPE:MODE, e.g. fused:bfloat16:4096x4096:hot)")
-    impl, dtype, shape_text, mode = parts
-    if dtype not in DTYPES:
-        raise ValueError(f"not a dtype: {dtype!r} in {text!r} (dtypes: {', '.join(DTYPES)})")
-    if mode not in MODE_NAMES:
-        raise ValueError(f"not a timing mode: {mode!r} in {text!r} (modes: {', '.join(MODE_NAMES)})")
-    shape = parse_shape(shape_text)
-
-    return Target(Cell(impl, dtype, math.prod(shape), shape), mode)
+    return Target(*Cell.parse(text))
 
 
 def targets_from_gate(report: dict) -> list[Target]:

@@ -347,7 +347,39 @@ class Cell:
         return Cell(impl, self.dtype, self.numel, self.shape)
 
     def describe(self) -> str:
+        """"fused bfloat16 4096x4096": how tables and messages show a cell."""
         return f"{self.impl} {self.dtype} {self.shape_str}"
+
+    def name(self, mode: str) -> str:
+        """"fused:bfloat16:4096x4096:hot": one figure of the cell, as --cell takes it (``parse``)."""
+        return f"{self.impl}:{self.dtype}:{self.shape_str}:{mode}"
+
+    @classmethod
+    def parse(cls, text: str) -> tuple["Cell", str]:
+        """``name``'s text back: (cell, mode); ValueError saying what is wrong."""
+        parts = text.split(":")
+        if len(parts) != 4:
+            raise ValueError(f"not a cell: {text!r} (use IMPL:DTYPE:SHAPE:MODE, e.g. fused:bfloat16:4096x4096:hot)")
+        impl, dtype, shape_text, mode_name = parts
+        if dtype not in DTYPES:
+            raise ValueError(f"not a dtype: {dtype!r} in {text!r} (dtypes: {', '.join(DTYPES)})")
+        if mode_name not in MODE_NAMES:
+            raise ValueError(f"not a timing mode: {mode_name!r} in {text!r} (modes: {', '.join(MODE_NAMES)})")
+        shape = parse_shape(shape_text)
+        return cls(impl, dtype, math.prod(shape), shape), mode_name
+
+    @property
+    def key(self) -> tuple[str, str, tuple[int, ...]]:
+        """(impl, dtype, shape): the cell as a key of plain data (dicts, pickles, JSON lists)."""
+        return (self.impl, self.dtype, self.shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"impl": self.impl, "dtype": self.dtype, "numel": self.numel, "shape": list(self.shape)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Cell":
+        shape = tuple(int(n) for n in data["shape"])
+        return cls(str(data["impl"]), str(data["dtype"]), math.prod(shape), shape)
 
 
 def grid_cells(impls: Iterable[str], dtypes: Iterable[str] = DTYPES, sizes: Iterable[int] = DEFAULT_SIZES) -> list[Cell]:
