@@ -27,6 +27,7 @@ from relu2.host import git, lifecycle, machine, outputs
 from relu2.host.files import atomic_write_text
 from relu2.host.outputs import name_part
 from relu2.judge import gate, learn, noise
+from relu2.judge.report import format_spread
 from relu2.measure import counters, sweep
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.sweep import check_fits
@@ -326,7 +327,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
     print(report.render(args.format))
     if args.spread:
         print("\nSPREAD (head/base per implementation and mode, over the cells ok in both)")
-        print(gate.format_spread(report.spread, markdown=args.format == "markdown"))
+        print(format_spread(report.spread, markdown=args.format == "markdown"))
     return report.exit_code
 
 

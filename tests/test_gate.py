@@ -18,7 +18,8 @@ import asv_fixture as fx  # noqa: E402
 from relu2.judge import noise  # noqa: E402
 from relu2.records.asv_results import load_records  # noqa: E402
 from relu2.vocab.errors import ResultsError
-from relu2.judge.gate import GateInputError, GateReport, format_value, gate  # noqa: E402
+from relu2.judge.gate import GateInputError, GateReport, gate  # noqa: E402
+from relu2.judge.report import format_value  # noqa: E402
 
 LAUNCH_COMPILE = ("bench_relu2.ModelShapes.track_launch", {"impl": "compile", "tokens": 64, "hidden": 21504})
 COLD_EAGER = ("bench_relu2.Grid.track_cold", {"impl": "eager", "dtype": "float32", "numel": 65536})

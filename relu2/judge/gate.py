@@ -24,10 +24,7 @@ machine, and whether it clears every flagged cell (``CONTRADICTED_FROM``).
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
-import importlib.util
-import itertools
 import math
 import os
 from dataclasses import dataclass
@@ -38,14 +35,16 @@ from typing import Sequence
 from relu2.host.machine import is_cpu_machine
 from relu2.judge import noise
 from relu2.judge.noise import NoiseModel
-from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, format_spread, format_value  # noqa: F401
+from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution
 from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare,
-                              confirm, family_of, read_remeasurement, spread)
+                              confirm, family_of, spread)
 from relu2.records import compare_folder
-from relu2.records.asv_names import MODULE, SUMMARY, Cell, decode
+from relu2.records.asv_names import SUMMARY
 from relu2.records.asv_results import (Measurement, box_of, commit_dates, iso_date, load_measurements, machine_folder,
                                        machine_info, machines, resolve_commit)
 from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, shown
+from relu2.records.confirmed import read_remeasurement
+from relu2.records.plan import Plan, read_plan
 from relu2.vocab.errors import ResultsError
 from relu2.vocab.schema import OK
 
@@ -53,8 +52,6 @@ UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, 
 REPORTED_BEYOND = 1.10  # a cell not gated is listed (never failing) when it moved more than this
 FAILED_BASE_LIMIT = 0.5  # a base with more failed cells than this says nothing about head
 STACK = ("torch", "triton", "cuda", "driver")  # machine.json keys whose change moves every figure
-# The environment that narrows the suites (benchmarks/bench_relu2.py): never the plan's.
-PLAN_ENV_PREFIX, PLAN_ENV = "RELU2_BENCH_", ("RELU2_INSTRUMENT",)
 
 
 class GateInputError(ResultsError):
@@ -229,7 +226,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         confirmation = str(confirmed)
     missing, planned, planned_compared, plan_notes = [], None, 0, []
     if plan is not None:
-        missing, allowed, planned_compared, plan_notes = plan.check(base, head, allow_missing)
+        missing, allowed, planned_compared, plan_notes = missing_cells(plan, base, head, allow_missing)
         found.allowed.extend(allowed)
         planned = len(plan.cells)
     overrides = {k: v for k, v in (("factor", factor), ("floor_s", floor_s), ("gate_launch", gate_launch),
@@ -367,8 +364,11 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
     check_gpu(meta, b, h, expect_gpu)
     planned = None
     if plan is not None:
-        planned = read_plan(plan)
-        planned.check_compare(meta)
+        try:
+            planned = read_plan(plan)
+            planned.check_compare(meta)
+        except ResultsError as e:
+            raise GateInputError(str(e)) from None
     note = f"paired: base and head measured side by side on box {meta.box} ({meta.rounds} rounds each)"
     if b.commit == h.commit:
         note += "; base and head are one commit: an A/A"
@@ -381,101 +381,34 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
 # --- the plan: which cells a compare holds (the trusted suites') -------------------------------------
 
 
-@dataclass(frozen=True)
-class Plan:
-    """Every cell the suites measure, unnarrowed: (cell, unit) of each timing, peak memory and
-    summary (a kernel fingerprint is no figure: without it a cell only loses the repick exemption)."""
-
-    source: str
-    suites: tuple[str, ...]
-    cells: tuple[tuple[Cell, str], ...]
-
-    def check_compare(self, meta: CompareFolder) -> None:
-        """GateInputError unless the compare measured every suite of the plan, unnarrowed."""
-        wrong = []
-        if sorted(meta.suites) != sorted(self.suites):
-            wrong.append(f"suites {shown(list(meta.suites), 200)}, not all of {', '.join(self.suites)}")
-        if meta.narrowed:
-            wrong.append(f"narrowed by {shown(meta.narrowed, 200)}")
-        if meta.cells is not None:
-            wrong.append("only some cells (relu2 confirm's cells)")
-        if wrong:
-            raise GateInputError(f"{meta.path / 'compare.json'}: not a compare of the whole plan of {self.source} "
-                                 f"({'; '.join(wrong)}): measure without --suites, RELU2_BENCH_SUITES, "
-                                 "RELU2_BENCH_QUICK or RELU2_BENCH_IMPLS")
-
-    def check(self, base: Side, head: Side, allow_missing: Sequence[str] = ()
-              ) -> tuple[list[Change], list[Change], int, list[str]]:
-        """(missing, allowed to be missing, planned cells compared, notes): a planned cell with no row at a
-        side, unless the base has it ok (then the head lost it: vanished, as ``compare`` reports)."""
-        at_base = {m.cell.identity: m.status for m in base.measurements}
-        at_head = {m.cell.identity: m.status for m in head.measurements}
-        missing, allowed, compared, no_figure = [], [], 0, {}
-        for cell, unit in self.cells:
-            key = cell.identity
-            b, h = at_base.get(key), at_head.get(key)
-            if b is not None and h is not None:
-                compared += b == OK and h == OK
-                if b != OK:
-                    no_figure[cell.impl] = no_figure.get(cell.impl, 0) + 1
-                continue
-            if b == OK:
-                continue  # vanished at head: compare reports it
-            why = "absent at base and head" if b is None and h is None else "absent at base" if b is None else \
-                "absent at head"
-            change = Change(label=cell.label(), benchmark=cell.benchmark, params=cell.params, unit=unit,
-                            base=math.nan, head=math.nan, family=family_of(cell.impl), why=why)
-            (allowed if any(fnmatch.fnmatchcase(change.label, p) for p in allow_missing) else missing).append(change)
-        notes = []
-        if no_figure:
-            notes.append(f"{sum(no_figure.values())} of the {len(self.cells)} planned cells have no figure at base "
-                         "(skipped or failed there), so they are not compared: "
-                         + ", ".join(f"{impl} {n}" for impl, n in sorted(no_figure.items(), key=lambda x: -x[1])[:12]))
-        return missing, allowed, compared, notes
-
-
-@contextlib.contextmanager
-def _without_suite_environment():
-    """os.environ without the variables that narrow the suites (or name another instrument) for the block."""
-    saved = {k: v for k, v in os.environ.items() if k.startswith(PLAN_ENV_PREFIX) or k in PLAN_ENV}
-    for k in saved:
-        del os.environ[k]
-    try:
-        yield
-    finally:
-        os.environ.update(saved)
-
-
-def read_plan(suites_dir: str | os.PathLike) -> Plan:
-    """The plan of the suites in ``suites_dir`` (a benchmarks/ folder holding bench_relu2.py, the
-    instrument's own: CI copies it before removing the checkout), every suite, unnarrowed.  Importing
-    it runs only the vocabulary of the installed relu2 (schema, interface, asv_run), never torch."""
-    path = Path(suites_dir) / f"{MODULE}.py"
-    if not path.is_file():
-        raise GateInputError(f"{path}: no suites to take the plan from (--plan names the instrument's benchmarks/)")
-    try:
-        with _without_suite_environment():
-            spec = importlib.util.spec_from_file_location(f"_relu2_plan_{MODULE}", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            suites = list(module._selected())
-        cells = []
-        for suite in suites:
-            for method in sorted(a for a in dir(suite) if a.startswith("track_")):
-                fn = getattr(suite, method)
-                unit = (getattr(fn, "unit", None) or getattr(suite, "unit", "")) if fn is not None else ""
-                if fn is None or unit not in ("seconds", "bytes"):
-                    continue
-                for combo in itertools.product(*suite.params):
-                    params = tuple((n, str(v)) for n, v in zip(suite.param_names, combo))
-                    cells.append((decode(f"{MODULE}.{suite.__name__}.{method}", params, unit), unit))
-        summaries = getattr(module, "Implementations", None)
-        for method in sorted(a for a in dir(summaries) if a.startswith("track_")) if summaries else ():
-            cells.append((decode(f"{MODULE}.Implementations.{method}", (), "seconds"), "seconds"))
-    except Exception as e:  # noqa: BLE001  any failure to read the plan refuses, in one line
-        raise GateInputError(f"{path}: the plan cannot be read ({type(e).__name__}: {e})") from None
-    unique = list({c.identity: (c, u) for c, u in cells}.values())  # suites share cells, as the results do
-    return Plan(str(suites_dir), tuple(s.__name__ for s in suites), tuple(unique))
+def missing_cells(plan: Plan, base: Side, head: Side, allow_missing: Sequence[str] = ()
+                  ) -> tuple[list[Change], list[Change], int, list[str]]:
+    """(missing, allowed to be missing, planned cells compared, notes): a planned cell with no row at a
+    side, unless the base has it ok (then the head lost it: vanished, as ``compare`` reports)."""
+    at_base = {m.cell.identity: m.status for m in base.measurements}
+    at_head = {m.cell.identity: m.status for m in head.measurements}
+    missing, allowed, compared, no_figure = [], [], 0, {}
+    for cell, unit in plan.cells:
+        key = cell.identity
+        b, h = at_base.get(key), at_head.get(key)
+        if b is not None and h is not None:
+            compared += b == OK and h == OK
+            if b != OK:
+                no_figure[cell.impl] = no_figure.get(cell.impl, 0) + 1
+            continue
+        if b == OK:
+            continue  # vanished at head: compare reports it
+        why = "absent at base and head" if b is None and h is None else "absent at base" if b is None else \
+            "absent at head"
+        change = Change(label=cell.label(), benchmark=cell.benchmark, params=cell.params, unit=unit,
+                        base=math.nan, head=math.nan, family=family_of(cell.impl), why=why)
+        (allowed if any(fnmatch.fnmatchcase(change.label, p) for p in allow_missing) else missing).append(change)
+    notes = []
+    if no_figure:
+        notes.append(f"{sum(no_figure.values())} of the {len(plan.cells)} planned cells have no figure at base "
+                     "(skipped or failed there), so they are not compared: "
+                     + ", ".join(f"{impl} {n}" for impl, n in sorted(no_figure.items(), key=lambda x: -x[1])[:12]))
+    return missing, allowed, compared, notes
 
 
 def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: Side, rule_for,
@@ -484,7 +417,7 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
     that flagged it; GateInputError when it is of other commits, or (``machine`` given) another machine."""
     try:
         again = read_remeasurement(path)
-    except VerdictInputError as e:
+    except ResultsError as e:
         raise GateInputError(str(e)) from None
     if (again.base, again.head) != (base.commit, head.commit):
         raise GateInputError(f"{path}: a re-measurement of {again.base[:8]} -> {again.head[:8]}, not of "

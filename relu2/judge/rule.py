@@ -26,16 +26,15 @@ simulated with it (``relu2.judge.noise.resolution``):
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from relu2.records.asv_names import Cell
 from relu2.records.asv_results import Measurement
+from relu2.records.confirmed import Remeasurement
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import (BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, impl_order, only_repicked,
+from relu2.vocab.schema import (BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, impl_order, only_repicked,
                                 quantile)
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
@@ -361,60 +360,6 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
 
 
 
-@dataclass(frozen=True)
-class Remeasured:
-    """One flagged cell measured again: per-round medians (seconds), each round a fresh process,
-    base and head rounds interleaved on one box."""
-
-    benchmark: str  # as in the report: "bench_relu2.Grid.track_hot"
-    params: tuple[tuple[str, str], ...]  # as in the report's ``params``
-    base_rounds: tuple[float, ...]
-    head_rounds: tuple[float, ...]
-
-    def figures(self) -> tuple[Figure, Figure]:
-        return (Figure(quantile(self.base_rounds, 0.5), self.base_rounds, True),
-                Figure(quantile(self.head_rounds, 0.5), self.head_rounds, True))
-
-
-@dataclass(frozen=True)
-class Remeasurement:
-    """What ``relu2 gate --confirmed FILE`` reads (written by the re-measuring side, relu2/confirm.py):
-
-    ``{"base": FULL_HASH, "head": FULL_HASH, "machine": NAME,
-       "cells": [{"benchmark": ..., "params": {...}, "base_rounds": [s, ...], "head_rounds": [s, ...]}]}``
-
-    ``cells`` are the report's flagged regressions (``--format json``: each has ``benchmark`` and
-    ``params``), at least ``MIN_ROUNDS`` rounds a side."""
-
-    base: str
-    head: str
-    machine: str
-    cells: tuple[Remeasured, ...]
-
-    def find(self, change: Change) -> Remeasured | None:
-        """The re-measurement of ``change`` with at least MIN_ROUNDS rounds a side (None: not re-measured).
-        Parameters match as a mapping: the report's JSON sorts them, asv's records keep their order."""
-        wanted = dict(change.params)
-        return next((c for c in self.cells if c.benchmark == change.benchmark and dict(c.params) == wanted
-                     and min(len(c.base_rounds), len(c.head_rounds)) >= MIN_ROUNDS), None)
-
-
-def read_remeasurement(path: str | Path) -> Remeasurement:
-    """The file of a re-measurement; VerdictInputError naming it when it is not one."""
-    try:
-        data = json.loads(Path(path).read_text())
-        cells = tuple(Remeasured(
-            str(c["benchmark"]), tuple((str(k), str(v)) for k, v in c["params"].items()),
-            tuple(float(x) for x in c["base_rounds"]), tuple(float(x) for x in c["head_rounds"]),
-        ) for c in data["cells"])
-        out = Remeasurement(str(data["base"]), str(data["head"]), str(data.get("machine", "")), cells)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise VerdictInputError(f"{path}: not a re-measurement of flagged cells ({type(e).__name__}: {e})") from None
-    # A cell with fewer than MIN_ROUNDS rounds a side (a round failed) counts as not re-measured: it
-    # still fails, while the others are judged.
-    return out
-
-
 # A re-measurement that clears every one of this many flagged cells or more contradicts the first
 # pass beyond what noise does: the model allows one failing run of unchanged code in 20, and a run
 # that flags several cells which all come back clean is a disturbed pass or a forged re-measurement.
@@ -441,11 +386,11 @@ def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Calla
     compare's cells (the re-measurement's rounds are side by side too, so the box's drift cancels)."""
     out = Confirmation([], [], [])
     for change in flagged:
-        again = remeasured.find(change)
+        again = remeasured.find(change.benchmark, change.params)
         if again is None:
             out.not_remeasured.append(change)
             continue
-        b, h = again.figures()
+        b, h = paired_figures(again.base_rounds, again.head_rounds)
         (out.confirmed if is_slower(b, h, rule_of(change), paired) else out.unconfirmed).append(
             replace(change, base=b.value, head=h.value, moved=math.exp(move(b, h, paired))))
     return out

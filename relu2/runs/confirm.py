@@ -14,7 +14,7 @@ asked.  Before any round, it refuses (exit 2, one line) a cell neither side can 
 implementation a commit does not have, one that cannot run on this device (triton on a CPU), a
 dtype the instrument does not time.
 
-Output (``--out``, JSON): relu2.judge.rule's ``Remeasurement`` contract, ``{"base": sha, "head": sha,
+Output (``--out``, JSON): relu2.records.confirmed's ``Remeasurement`` contract, ``{"base": sha, "head": sha,
 "machine": str, "device": str, "rounds": int, "order": [side per process], "cells": [{"benchmark", "params", "base_rounds": [seconds per
 round], "head_rounds": [...], "impl", "dtype", "shape", "mode", "base_status", "head_status"}]}``;
 ``benchmark`` and ``params`` are the gate report's (empty for a cell named with ``--cell``).
