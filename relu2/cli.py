@@ -271,7 +271,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return _fail("plot", f"no results in {source}")
     commit = args.commit
     if commit and not source.is_file():
-
         commit = resolve_commit(source, commit, args.machine)
     elif commit:
         commit = git.try_resolve(commit, git.toplevel(source)) or commit
@@ -333,11 +332,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     if args.resume and not args.out:
-
         raise UsageError("--resume needs --out DIR: the incomplete compare to continue")
     out = Path(args.out) if args.out else compare_folder.default_out()
     if args.noise_model or os.environ.get("RELU2_NOISE_MODEL"):
-
         noise.load_models(args.noise_model)  # a model that does not read is refused before anything is measured
 
     def saved() -> str:

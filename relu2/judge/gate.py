@@ -68,7 +68,6 @@ def pick_machine(results_dir: str | os.PathLike, machine: str | None) -> str:
     except ResultsError as e:
         raise GateInputError(str(e)) from None
     if machine is not None:
-
         folder = machine_folder(Path(results_dir), machine)
         if folder is None or not any(p.name not in ("machine.json",) for p in folder.glob("*.json")):
             raise GateInputError(f"no results for machine {machine!r} in {results_dir} "

@@ -388,7 +388,6 @@ def search(plan: Plan, oracle: Oracle, steps: list[Step] | None = None, state: P
             cells, rounds = measure_step(oracle, sides, plan.cells, lambda cell, f: reproduced(f[0], f[1], plan.factor_of(cell)),
                                          plan.budget)
         except Unmeasurable as e:
-
             raise UsageError(f"GOOD or BAD cannot be measured: {e}") from None
         steps.append(Step(0, last, plan.commits[last], rounds, time.monotonic() - started, cells=cells))
         save_steps(plan, steps, state)

@@ -133,7 +133,6 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
 
     impl = get(name)
     if not impl.supports(device):
-
         raise UsageError(f"{name} cannot run on {device}: {impl.why_not(device).splitlines()[0]}")
     warmup = ""
     if isinstance(impl.fn, Compiled):

@@ -87,7 +87,6 @@ def check_results(results_dir: str | os.PathLike) -> None:
     asv publish skips a truncated or garbage file without a word, and its commit would vanish from
     the dashboard."""
     if not machines(results_dir):
-
         raise ResultsError(f"{results_dir}: no machine with results (no <machine>/machine.json beside a result file)")
     load_measurements(results_dir)
 
