@@ -18,7 +18,7 @@ import asv_fixture as fx  # noqa: E402
 from relu2.judge import noise  # noqa: E402
 from relu2.records.asv_results import load_records  # noqa: E402
 from relu2.vocab.errors import ResultsError
-from relu2.judge.gate import GateInputError, GateReport, gate  # noqa: E402
+from relu2.judge.gate import GateReport, gate  # noqa: E402
 from relu2.judge.report import format_value  # noqa: E402
 
 LAUNCH_COMPILE = ("bench_relu2.ModelShapes.track_launch", {"impl": "compile", "tokens": 64, "hidden": 21504})
@@ -78,7 +78,7 @@ def _second_machine(results: Path, name: str = "other-box") -> str:
 
 
 def test_one_commit_on_one_machine_is_no_comparison(results):
-    with pytest.raises(GateInputError, match="one commit .* on one machine"):
+    with pytest.raises(ResultsError, match="one commit .* on one machine"):
         gate(fx.RESULTS, fx.COMMIT_3, fx.COMMIT_3[:8])
     other = _second_machine(results)  # an A/A across two machines is legitimate, and says what it is
     report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine=other)
@@ -150,9 +150,9 @@ def test_a_fixed_failure_is_not_a_regression_nor_a_pass():
 
 
 def test_unknown_commit_is_input_error():
-    with pytest.raises(GateInputError, match="no results for commit 'deadbeef'"):
+    with pytest.raises(ResultsError, match="no results for commit 'deadbeef'"):
         gate(fx.RESULTS, "deadbeef", fx.COMMIT_3)
-    with pytest.raises(GateInputError, match="no results for commit"):
+    with pytest.raises(ResultsError, match="no results for commit"):
         gate(fx.RESULTS, fx.COMMIT_2, "0123456")
 
 
@@ -161,36 +161,36 @@ def test_ambiguous_commit_is_input_error(results):
     data = json.loads(src.read_text())
     data["commit_hash"] = fx.COMMIT_3[:8] + "f" * 32
     (src.parent / f"{fx.COMMIT_3[:8]}-other-env.json").write_text(json.dumps(data))
-    with pytest.raises(GateInputError, match="ambiguous"):
+    with pytest.raises(ResultsError, match="ambiguous"):
         gate(results, fx.COMMIT_2, fx.COMMIT_3[:8])
 
 
 def test_no_results_is_input_error(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(GateInputError, match="no asv results"):
+    with pytest.raises(ResultsError, match="no asv results"):
         gate(tmp_path / "empty", "a", "b")
-    with pytest.raises(GateInputError, match="no such results folder"):
+    with pytest.raises(ResultsError, match="no such results folder"):
         gate(tmp_path / "absent", "a", "b")
 
 
 def test_several_machines_need_a_choice(results):
     fx.copy_machine(results, "other-machine")
-    with pytest.raises(GateInputError, match="several machines.*fixture-machine, other-machine"):
+    with pytest.raises(ResultsError, match="several machines.*fixture-machine, other-machine"):
         gate(results, fx.COMMIT_2, fx.COMMIT_3)
     assert gate(results, fx.COMMIT_2, fx.COMMIT_3, machine="other-machine").exit_code == 1
-    with pytest.raises(GateInputError, match="no results for machine 'nope'"):
+    with pytest.raises(ResultsError, match="no results for machine 'nope'"):
         gate(results, fx.COMMIT_2, fx.COMMIT_3, machine="nope")
 
 
 def test_malformed_json_names_the_file(results):
     bad = fx.result_file(results, fx.COMMIT_3)
     bad.write_text('{"version": 2, "commit_hash": ')
-    with pytest.raises(ResultsError, match=bad.name):  # GateInputError is a ResultsError
+    with pytest.raises(ResultsError, match=bad.name):  # ResultsError is a ResultsError
         gate(results, fx.COMMIT_2, fx.COMMIT_3)
 
 
 def test_bad_factor_is_input_error():
-    with pytest.raises(GateInputError, match="factor"):
+    with pytest.raises(ResultsError, match="factor"):
         gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3, factor=0.9)
 
 

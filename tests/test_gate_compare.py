@@ -17,7 +17,8 @@ import asv_fixture as fx  # noqa: E402
 
 from relu2 import cli
 from relu2.judge import noise  # noqa: E402
-from relu2.judge.gate import GateInputError, gate_compare  # noqa: E402
+from relu2.vocab.errors import ResultsError  # noqa: E402
+from relu2.judge.gate import gate_compare  # noqa: E402
 from relu2.judge.learn import compare_runs, noise_check, noise_learn  # noqa: E402
 from relu2.vocab.schema import MODE_NAMES, mode  # noqa: E402
 
@@ -87,7 +88,7 @@ def test_the_paired_rule_sets_round_i_beside_its_neighbours():
 
 def test_an_incomplete_compare_is_refused(tmp_path, capsys):
     folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3, complete=False)
-    with pytest.raises(GateInputError, match="did not finish"):
+    with pytest.raises(ResultsError, match="did not finish"):
         gate_compare(folder)
     assert cli.main(["gate", "--compare", str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -96,18 +97,18 @@ def test_an_incomplete_compare_is_refused(tmp_path, capsys):
 
 def test_a_compare_folder_that_is_not_one_is_refused(tmp_path):
     (tmp_path / "x").mkdir()
-    with pytest.raises(GateInputError, match="not a relu2 compare folder"):
+    with pytest.raises(ResultsError, match="not a relu2 compare folder"):
         gate_compare(tmp_path / "x")
     folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3)
     shutil.rmtree(folder / "head")
-    with pytest.raises(GateInputError, match="head: missing"):
+    with pytest.raises(ResultsError, match="head: missing"):
         gate_compare(folder)
 
 
 def test_a_gpu_without_a_model_of_its_own_is_refused_or_judged_by_factor_only(tmp_path, capsys):
     """c8c9b4b judged two H100 machines with the only shipped model, the H200's, and passed."""
     folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3, gpu="NVIDIA H100 80GB HBM3")
-    with pytest.raises(GateInputError, match="no noise model for NVIDIA H100.*--factor"):
+    with pytest.raises(ResultsError, match="no noise model for NVIDIA H100.*--factor"):
         gate_compare(folder)
     by_factor = gate_compare(folder, factor=1.2)
     assert by_factor.exit_code == 1 and any("--factor 1.2 only" in n for n in by_factor.notes())
@@ -219,7 +220,7 @@ def test_a_compare_s_flagged_cells_are_confirmed_or_not_by_their_re_measurement(
     assert confirmed == 1 and "CONFIRMED REGRESSIONS" in capsys.readouterr().out
     gone = gate_compare(folder, confirmed=again("same.json", 1.0))
     assert gone.exit_code == 0 and [c.label for c in gone.unconfirmed] == [fx.PLANTED_LABEL]
-    with pytest.raises(GateInputError, match="not of"):
+    with pytest.raises(ResultsError, match="not of"):
         gate_compare(folder, confirmed=_other_commits(again("other.json", 1.5)))
     # Judged paired, as the compare flagged it: a box drifting 2.5x over the rounds hides nothing (the
     # rounds' width would have needed 1.5x times 2.5)
@@ -288,7 +289,7 @@ def test_the_gpu_of_both_sides_and_the_compare_must_agree(tmp_path, capsys, base
     _edit(_machine_json(folder, "base"), gpu=base_gpu)
     _edit(_machine_json(folder, "head"), gpu=head_gpu)
     _edit(folder / "compare.json", gpu=compare_gpu)
-    with pytest.raises(GateInputError, match="the GPU is recorded as .*not judged"):
+    with pytest.raises(ResultsError, match="the GPU is recorded as .*not judged"):
         gate_compare(folder)
     refused(["gate", "--compare", str(folder)], capsys, "base machine.json", "head machine.json", "compare.json")
 
@@ -296,7 +297,7 @@ def test_the_gpu_of_both_sides_and_the_compare_must_agree(tmp_path, capsys, base
 def test_the_gpu_must_be_the_one_the_runner_stands_for(tmp_path, capsys):
     folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
     assert gate_compare(folder, expect_gpu=fx.GPU).exit_code == 0
-    with pytest.raises(GateInputError, match="not on the 'NVIDIA H200' this runner stands for"):
+    with pytest.raises(ResultsError, match="not on the 'NVIDIA H200' this runner stands for"):
         gate_compare(folder, expect_gpu="NVIDIA H200")
     cpu = make_compare(tmp_path / "cpu", fx.COMMIT_3, fx.COMMIT_3, gpu="none")
     assert gate_compare(cpu).exit_code == 0  # a CPU compare, judged by the CPU's model, when none is expected
@@ -314,7 +315,7 @@ def test_the_l2_is_the_model_s(tmp_path):
     folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
     for side in ("base", "head"):
         _edit(_machine_json(folder, side), l2_bytes=str(2**40))
-    with pytest.raises(GateInputError, match="records an L2 of 1099511627776 bytes.*learned with 62914560"):
+    with pytest.raises(ResultsError, match="records an L2 of 1099511627776 bytes.*learned with 62914560"):
         gate_compare(folder)
     for side in ("base", "head"):
         _edit(_machine_json(folder, side), l2_bytes=str(62914560))
@@ -332,7 +333,7 @@ def test_the_l2_is_the_model_s(tmp_path):
 def test_names_a_folder_records_are_refused_unless_plain(tmp_path, where, key, value):
     folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
     _edit(folder / "compare.json" if where == "compare" else _machine_json(folder, where), **{key: value})
-    with pytest.raises(GateInputError, match=f"{key} .*not read") as e:
+    with pytest.raises(ResultsError, match=f"{key} .*not read") as e:
         gate_compare(folder)
     assert not set("`@<[#\n") & set(str(e.value).split(": ", 1)[1])  # the message quotes nothing markdown reads
 
@@ -395,18 +396,18 @@ def test_a_compare_of_less_than_the_plan_is_refused(tmp_path, monkeypatch, chang
     monkeypatch.delenv(noise.MODEL_ENV, raising=False)
     folder = _planned(tmp_path)
     _edit(folder / "compare.json", **changes)
-    with pytest.raises(GateInputError, match=why):
+    with pytest.raises(ResultsError, match=why):
         gate_compare(folder, plan=PLAN)
     assert gate_compare(folder).exit_code == 0  # what a user's own narrowed compare still gets, without --plan
 
 
 def test_a_plan_that_cannot_be_read_is_refused(tmp_path):
     folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
-    with pytest.raises(GateInputError, match="no suites to take the plan from"):
+    with pytest.raises(ResultsError, match="no suites to take the plan from"):
         gate_compare(folder, plan=tmp_path)
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "bench_relu2.py").write_text("raise RuntimeError('no')\n")
-    with pytest.raises(GateInputError, match="the plan cannot be read .*RuntimeError: no"):
+    with pytest.raises(ResultsError, match="the plan cannot be read .*RuntimeError: no"):
         gate_compare(folder, plan=tmp_path / "broken")
 
 
@@ -452,7 +453,7 @@ def test_a_re_measurement_of_another_machine_is_refused(tmp_path):
     folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3, head_scale=[(PLANTED, 1.5)])
     first = gate_compare(folder)
     for machine in ("h100", ""):
-        with pytest.raises(GateInputError, match="a re-measurement on machine .*not on 'fixture-machine'"):
+        with pytest.raises(ResultsError, match="a re-measurement on machine .*not on 'fixture-machine'"):
             gate_compare(folder, confirmed=_flat_confirmation(tmp_path / "again.json", first, machine=machine))
 
 

@@ -17,7 +17,8 @@ import asv_fixture as fx  # noqa: E402
 
 from relu2.judge import noise  # noqa: E402
 from relu2.records.asv_results import Record, measurements  # noqa: E402
-from relu2.judge.gate import GateInputError, gate  # noqa: E402
+from relu2.vocab.errors import ResultsError  # noqa: E402
+from relu2.judge.gate import gate  # noqa: E402
 from relu2.judge.rule import Figure, Rule, compare, is_slower  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,7 +88,7 @@ def test_a_failed_base_is_reported_and_a_mostly_failed_one_refused(results):
             row[i] = [None] * len(row[i])
 
     _edit(fx.result_file(results, fx.COMMIT_2), fail_most)
-    with pytest.raises(GateInputError, match="failed.*--allow-failed-base"):
+    with pytest.raises(ResultsError, match="failed.*--allow-failed-base"):
         gate(results, fx.COMMIT_2, fx.COMMIT_3)
     allowed = gate(results, fx.COMMIT_2, fx.COMMIT_3, allow_failed_base=True)
     assert allowed.compared == 0 and allowed.exit_code == 1  # nothing compared is no pass
@@ -139,7 +140,7 @@ def test_two_benchmark_versions_are_not_compared(results):
         data["results"]["bench_relu2.Grid.track_cold"][data["result_columns"].index("version")] = "cold-method-2"
 
     _edit(fx.result_file(results, fx.COMMIT_3), bump)
-    with pytest.raises(GateInputError, match=r"bench_relu2.Grid.track_cold .*version .* and cold-method-2"):
+    with pytest.raises(ResultsError, match=r"bench_relu2.Grid.track_cold .*version .* and cold-method-2"):
         gate(results, fx.COMMIT_2, fx.COMMIT_3)
     assert gate(results, fx.COMMIT_2, fx.COMMIT_3, across_versions=True).exit_code == 1
 
@@ -150,7 +151,7 @@ def _second_box(results: Path, name: str, gpu: str | None = None) -> str:
 
 def test_two_gpu_models_are_not_compared(results):
     _second_box(results, "h100-box", gpu="NVIDIA H100 80GB HBM3")
-    with pytest.raises(GateInputError, match="H100.*--across-gpus"):
+    with pytest.raises(ResultsError, match="H100.*--across-gpus"):
         gate(results, fx.COMMIT_2, fx.COMMIT_3, base_machine="h100-box", head_machine=fx.MACHINE)
     report = gate(results, fx.COMMIT_2, fx.COMMIT_3, base_machine="h100-box", head_machine=fx.MACHINE,
                   across_gpus=True)
@@ -300,7 +301,7 @@ def test_confirmation_fails_only_on_cells_that_flag_again(tmp_path):
     confirmed = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
                      confirmed=_remeasurement(tmp_path, [28.0e-6, 27.9e-6, 28.1e-6]))
     assert confirmed.exit_code == 1 and "CONFIRMED REGRESSIONS" in confirmed.format()
-    with pytest.raises(GateInputError, match="not of"):
+    with pytest.raises(ResultsError, match="not of"):
         gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
              confirmed=_remeasurement(tmp_path, [28e-6] * 3, base=fx.COMMIT_1))
     # A round that failed leaves the cell short of rounds: it counts as not re-measured and still fails.

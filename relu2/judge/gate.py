@@ -36,7 +36,7 @@ from relu2.host.machine import is_cpu_machine
 from relu2.judge import noise
 from relu2.judge.noise import NoiseModel
 from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution
-from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Rule, VerdictInputError, check_versions, compare,
+from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Rule, check_versions, compare,
                               confirm, family_of, spread)
 from relu2.records import compare_folder
 from relu2.records.asv_names import SUMMARY
@@ -54,29 +54,22 @@ FAILED_BASE_LIMIT = 0.5  # a base with more failed cells than this says nothing 
 STACK = ("torch", "triton", "cuda", "driver")  # machine.json keys whose change moves every figure
 
 
-class GateInputError(ResultsError):
-    """The gate cannot judge: no results, unknown or ambiguous commit, ambiguous machine, unreadable file."""
-
-
 def pick_machine(results_dir: str | os.PathLike, machine: str | None) -> str:
     """``machine`` (its folder's name or the name its machine.json records) if it has results; the
-    only machine when None; GateInputError otherwise."""
-    try:
-        known = machines(results_dir)
-        if machine is not None:
-            machine_info(results_dir, machine)  # finds it by folder or recorded name, or by neither
-    except ResultsError as e:
-        raise GateInputError(str(e)) from None
+    only machine when None; ResultsError otherwise."""
+    known = machines(results_dir)
+    if machine is not None:
+        machine_info(results_dir, machine)  # finds it by folder or recorded name, or by neither
     if machine is not None:
         folder = machine_folder(Path(results_dir), machine)
         if folder is None or not any(p.name not in ("machine.json",) for p in folder.glob("*.json")):
-            raise GateInputError(f"no results for machine {machine!r} in {results_dir} "
+            raise ResultsError(f"no results for machine {machine!r} in {results_dir} "
                                  f"(machines: {', '.join(known) or 'none'})")
         return machine
     if not known:
-        raise GateInputError(f"no asv results in {results_dir} (no <machine>/machine.json with results)")
+        raise ResultsError(f"no asv results in {results_dir} (no <machine>/machine.json with results)")
     if len(known) > 1:
-        raise GateInputError(f"several machines in {results_dir}: {', '.join(known)}; choose one with --machine "
+        raise ResultsError(f"several machines in {results_dir}: {', '.join(known)}; choose one with --machine "
                              "(or --base-machine and --head-machine)")
     return known[0]
 
@@ -93,10 +86,7 @@ def pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: floa
     """The model that judges, and a note.  Never another GPU's: a GPU with no model of its own is
     refused, or gated by ``--factor`` only; a same-box comparison without a same-box model is judged
     with the cross-box one (wider) and says so; a CPU is gated only with a model or ``--factor``."""
-    try:
-        models = noise.load_models(path)
-    except noise.NoiseModelError as e:
-        raise GateInputError(str(e)) from None
+    models = noise.load_models(path)
     model = noise.model_for(models, gpu, kind)
     if model is not None:
         return model, ""
@@ -113,7 +103,7 @@ def pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: floa
             return wider, (f"no same-box noise model for {gpu}: judged with its cross-box model (wider: two boxes "
                            "move more than one); relu2 noise learn --same-box learns one from A/A compares")
     known = ", ".join(m.name for m in models) or "none"
-    raise GateInputError(f"no noise model for {gpu or 'an unrecorded GPU'} ({kind}; the model file has: {known}): "
+    raise ResultsError(f"no noise model for {gpu or 'an unrecorded GPU'} ({kind}; the model file has: {known}): "
                          "learn one on that GPU (relu2 noise learn), or gate by --factor only")
 
 
@@ -188,11 +178,11 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     ``plan``: every cell of it must be at both sides (else ``missing``); ``confirm_machine``: the
     machine the re-measurement must name."""
     if factor is not None and not factor >= 1.0:
-        raise GateInputError(f"factor must be >= 1, got {factor}")
+        raise ResultsError(f"factor must be >= 1, got {factor}")
     if gate_launch is not None and not gate_launch >= 1.0:
-        raise GateInputError(f"--gate-launch must be >= 1, got {gate_launch}")
+        raise ResultsError(f"--gate-launch must be >= 1, got {gate_launch}")
     if floor_s is not None and not floor_s >= 0:
-        raise GateInputError(f"floor must be >= 0, got {floor_s}")
+        raise ResultsError(f"floor must be >= 0, got {floor_s}")
     gpu = str(head.info.get("gpu", ""))
     cpu = is_cpu_machine(base.info) and is_cpu_machine(head.info)
     model, model_note = pick_model(gpu, kind, noise_model, factor, cpu)
@@ -200,14 +190,11 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         for side in (s for s in (base, head) if str(s.info.get("gpu", "")) == gpu):  # --across-gpus: head's alone
             recorded = noise.l2_of(side.info)
             if recorded is not None and recorded != model.l2_bytes:
-                raise GateInputError(f"{side.machine} ({side.commit[:8]}) records an L2 of {recorded} bytes; the model "
+                raise ResultsError(f"{side.machine} ({side.commit[:8]}) records an L2 of {recorded} bytes; the model "
                                      f"of {gpu} was learned with {model.l2_bytes}: not that GPU, or not its record")
     l2 = noise.l2_of(head.info) or (model.l2_bytes if model else None) or noise.KNOWN_L2["H200"]
     if not across_versions:
-        try:
-            check_versions(base.measurements, head.measurements)
-        except VerdictInputError as e:
-            raise GateInputError(str(e)) from None
+        check_versions(base.measurements, head.measurements)
     rule_for = make_rule_for(model, l2, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
                              why_not=model_note or CPU_WHY)
     band = partial(noise.band_of_cell, l2_bytes=l2)
@@ -215,7 +202,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
                     bounds=model.bound_map() if model else None,
                     repick_bound=model.repick_bound if model else REPICK_BOUND)
     if found.base_cells and found.base_failures > FAILED_BASE_LIMIT * found.base_cells and not allow_failed_base:
-        raise GateInputError(f"base {base.commit[:8]} on {base.machine}: {found.base_failures} of its "
+        raise ResultsError(f"base {base.commit[:8]} on {base.machine}: {found.base_failures} of its "
                              f"{found.base_cells} cells failed, so it says nothing about head; gate against another "
                              "base, or --allow-failed-base to compare the cells that did not fail")
     regressions, unconfirmed, confirmation, contradicted = found.regressions, [], "", False
@@ -257,13 +244,10 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
 
 
 def _read_side(results_dir: str | os.PathLike, machine: str, ref: str, box: str | None = None) -> Side:
-    try:
-        info = machine_info(results_dir, machine)
-        full = resolve_commit(results_dir, ref, machine)
-        ms = load_measurements(results_dir, machine, full, box=box or box_of(results_dir, machine))
-        date = iso_date(commit_dates(results_dir, machine).get(full))[:10]
-    except ResultsError as e:
-        raise GateInputError(str(e)) from None
+    info = machine_info(results_dir, machine)
+    full = resolve_commit(results_dir, ref, machine)
+    ms = load_measurements(results_dir, machine, full, box=box or box_of(results_dir, machine))
+    date = iso_date(commit_dates(results_dir, machine).get(full))[:10]
     return Side(machine, full, date, info, ms)
 
 
@@ -279,17 +263,17 @@ def gate(
     ``base_machine``/``head_machine`` one side each.  ``factor`` and ``floor_s`` replace the learned
     ratio and floor; ``gate_launch`` gates launch at that ratio; ``allow_missing``: fnmatch patterns of
     cell labels allowed to vanish or to have no base figure; ``confirmed``: a re-measurement of the
-    flagged cells.  Raises GateInputError (a ResultsError) when the input is unusable."""
+    flagged cells.  Raises ResultsError (a ResultsError) when the input is unusable."""
     bm = pick_machine(results_dir, base_machine or machine)
     hm = pick_machine(results_dir, head_machine or machine)
     b, h = _read_side(results_dir, bm, base), _read_side(results_dir, hm, head)
     b_gpu, h_gpu = str(b.info.get("gpu", "")), str(h.info.get("gpu", ""))
     if b_gpu != h_gpu and not across_gpus:
-        raise GateInputError(f"base was measured on {b_gpu or 'an unrecorded GPU'} ({bm}) and head on "
+        raise ResultsError(f"base was measured on {b_gpu or 'an unrecorded GPU'} ({bm}) and head on "
                              f"{h_gpu or 'an unrecorded GPU'} ({hm}): the noise model is per GPU model; "
                              "--across-gpus compares anyway")
     if b.commit == h.commit and bm == hm:
-        raise GateInputError(f"base {base!r} and head {head!r} are one commit ({b.commit[:8]}) on one machine "
+        raise ResultsError(f"base {base!r} and head {head!r} are one commit ({b.commit[:8]}) on one machine "
                              f"({bm}): nothing to compare; an A/A across two machines takes --base-machine and "
                              "--head-machine")
     return judge(b, h, paired=False, kind=noise.CROSS_BOX, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
@@ -301,11 +285,8 @@ def gate(
 
 
 def read_compare(folder: str | os.PathLike) -> CompareFolder:
-    """The compare folder's compare.json, checked (``relu2.records.compare_folder``); GateInputError when not."""
-    try:
-        return compare_folder.read_compare(folder)
-    except ResultsError as e:
-        raise GateInputError(str(e)) from None
+    """The compare folder's compare.json, checked (``relu2.records.compare_folder``); ResultsError when not."""
+    return compare_folder.read_compare(folder)
 
 
 def compare_sides(folder: CompareFolder) -> tuple[Side, Side]:
@@ -315,8 +296,8 @@ def compare_sides(folder: CompareFolder) -> tuple[Side, Side]:
         d = folder.path / name
         try:
             machine = pick_machine(d, folder.machine)
-        except GateInputError as e:
-            raise GateInputError(f"{d}: {e}") from None
+        except ResultsError as e:
+            raise ResultsError(f"{d}: {e}") from None
         sides.append(_read_side(d, machine, sha, box=folder.box))
     return sides[0], sides[1]
 
@@ -324,25 +305,25 @@ def compare_sides(folder: CompareFolder) -> tuple[Side, Side]:
 def check_gpu(meta: CompareFolder, base: Side, head: Side, expect_gpu: str | None = None) -> str:
     """The GPU of a compare folder: the one its two machine.json files and compare.json all name (one
     box measured both sides), and ``expect_gpu`` when given (the runner's: never "none" or "");
-    GateInputError otherwise.  The names are checked against RECORDED_NAME, with the software's."""
+    ResultsError otherwise.  The names are checked against RECORDED_NAME, with the software's."""
     for side, name in ((base, "base"), (head, "head")):
         for key in ("gpu", *STACK):
             value = side.info.get(key)
             if value is not None and not RECORDED_NAME.fullmatch(str(value)):
-                raise GateInputError(f"{meta.path / name}: machine.json {key} {shown(value)} is no name (letters, "
+                raise ResultsError(f"{meta.path / name}: machine.json {key} {shown(value)} is no name (letters, "
                                      "digits, spaces and . _ : + ( ) / - only, at most 100): not read")
     named = {"base machine.json": str(base.info.get("gpu", "")), "head machine.json": str(head.info.get("gpu", "")),
              "compare.json": meta.gpu}
     if len(set(named.values())) != 1:
-        raise GateInputError(f"{meta.path}: the GPU is recorded as " + ", ".join(f"{v or 'nothing'!r} ({k})"
+        raise ResultsError(f"{meta.path}: the GPU is recorded as " + ", ".join(f"{v or 'nothing'!r} ({k})"
                              for k, v in named.items()) + ": one box measured both sides, so these agree; not judged")
     gpu = meta.gpu
     if expect_gpu is not None:
         if not noise.is_gpu(expect_gpu):
-            raise GateInputError(f"--expect-gpu {expect_gpu!r}: a GPU's name as torch reports it (\"NVIDIA H200\"), "
+            raise ResultsError(f"--expect-gpu {expect_gpu!r}: a GPU's name as torch reports it (\"NVIDIA H200\"), "
                                  "never none or empty")
         if gpu != expect_gpu:
-            raise GateInputError(f"{meta.path}: measured on {gpu or 'no GPU'!r}, not on the {expect_gpu!r} this "
+            raise ResultsError(f"{meta.path}: measured on {gpu or 'no GPU'!r}, not on the {expect_gpu!r} this "
                                  "runner stands for (--expect-gpu): not judged")
     return gpu
 
@@ -363,11 +344,8 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
     check_gpu(meta, b, h, expect_gpu)
     planned = None
     if plan is not None:
-        try:
-            planned = read_plan(plan)
-            planned.check_compare(meta)
-        except ResultsError as e:
-            raise GateInputError(str(e)) from None
+        planned = read_plan(plan)
+        planned.check_compare(meta)
     note = f"paired: base and head measured side by side on box {meta.box} ({meta.rounds} rounds each)"
     if b.commit == h.commit:
         note += "; base and head are one commit: an A/A"
@@ -413,16 +391,13 @@ def missing_cells(plan: Plan, base: Side, head: Side, allow_missing: Sequence[st
 def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: Side, rule_for,
              gated: int, paired: bool = False, machine: str | None = None) -> tuple[list[Change], list[Change], bool]:
     """(failing, unconfirmed, contradicted) after a re-measurement, each flagged cell judged by the rule
-    that flagged it; GateInputError when it is of other commits, or (``machine`` given) another machine."""
-    try:
-        again = read_remeasurement(path)
-    except ResultsError as e:
-        raise GateInputError(str(e)) from None
+    that flagged it; ResultsError when it is of other commits, or (``machine`` given) another machine."""
+    again = read_remeasurement(path)
     if (again.base, again.head) != (base.commit, head.commit):
-        raise GateInputError(f"{path}: a re-measurement of {again.base[:8]} -> {again.head[:8]}, not of "
+        raise ResultsError(f"{path}: a re-measurement of {again.base[:8]} -> {again.head[:8]}, not of "
                              f"{base.commit[:8]} -> {head.commit[:8]}")
     if machine is not None and again.machine != machine:
-        raise GateInputError(f"{path}: a re-measurement on machine {shown(again.machine)}, not on {shown(machine)}, "
+        raise ResultsError(f"{path}: a re-measurement on machine {shown(again.machine)}, not on {shown(machine)}, "
                              "where the compare measured: not read")
     by_key = {(m.benchmark, m.params): m for m in base.measurements}
 

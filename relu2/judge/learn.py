@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from relu2.judge import noise
-from relu2.judge.gate import GateInputError, compare_sides, read_compare
+from relu2.judge.gate import compare_sides, read_compare
 from relu2.judge.noise import NoiseModel
 from relu2.judge.rule import Figure, Rule, is_slower
 from relu2.records.asv_results import box_of, machines
@@ -34,15 +34,15 @@ def cross_box_seen(results_dirs: Sequence[str], exclude_boxes: Sequence[str] = (
     runs = [r for d in results_dirs for r in noise.runs_in(d) if r.box not in exclude_boxes]
     gpus = [r.gpu for r in runs if noise.is_gpu(r.gpu)]
     if not gpus:
-        raise GateInputError("no GPU runs to learn from (a CPU machine's cross-box timings are not gated)")
+        raise ResultsError("no GPU runs to learn from (a CPU machine's cross-box timings are not gated)")
     gpu = max(set(gpus), key=gpus.count)
     mine = [r for r in runs if r.gpu == gpu]
     l2 = next((r.l2_bytes for r in mine if r.l2_bytes), None)
     if l2 is None:
-        raise GateInputError(f"no L2 size known for {gpu!r}: record l2_bytes in machine.json")
+        raise ResultsError(f"no L2 size known for {gpu!r}: record l2_bytes in machine.json")
     seen = [noise.seen_in(a, b, l2, paired=False) for a, b in noise.cross_box_pairs(mine)]
     if not seen:
-        raise GateInputError(f"no two boxes of {gpu} in one results folder in {', '.join(results_dirs)}: "
+        raise ResultsError(f"no two boxes of {gpu} in one results folder in {', '.join(results_dirs)}: "
                              "nothing moved between boxes to learn from")
     return seen, mine, {"gpu": gpu, "kind": noise.CROSS_BOX, "l2_bytes": l2, "book": noise.WidthBook(mine)}
 
@@ -52,11 +52,11 @@ def same_box_seen(compare_dirs: Sequence[str]) -> tuple[list, list, dict]:
     pairs = [compare_runs(d) for d in compare_dirs]
     gpus = {a.gpu for a, _ in pairs}
     if len(gpus) != 1:
-        raise GateInputError(f"compare folders of several GPU models ({', '.join(sorted(gpus))}): one model per GPU")
+        raise ResultsError(f"compare folders of several GPU models ({', '.join(sorted(gpus))}): one model per GPU")
     gpu = gpus.pop()
     l2 = next((r.l2_bytes for p in pairs for r in p if r.l2_bytes), None)
     if l2 is None:
-        raise GateInputError(f"no L2 size known for {gpu or 'this machine'}: record l2_bytes in machine.json")
+        raise ResultsError(f"no L2 size known for {gpu or 'this machine'}: record l2_bytes in machine.json")
     seen = [noise.seen_in(a, b, l2, paired=True) for a, b in pairs]
     runs = [r for p in pairs for r in p]
     return seen, runs, {"gpu": gpu, "kind": noise.SAME_BOX, "l2_bytes": l2,
@@ -67,35 +67,29 @@ def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box
                 exclude_boxes: Sequence[str] = (), command: str = "") -> NoiseModel:
     """Learn one model (cross-box from results folders, or same-box from compare folders) and write it
     to ``out``: replacing the model of the same GPU and kind that ``out`` already holds, keeping the rest."""
-    try:
-        if same_box:
-            seen, runs, fixed = same_box_seen(same_box)
-        else:
-            seen, runs, fixed = cross_box_seen(results_dirs, exclude_boxes)
-        sources = [*results_dirs, *same_box, *(f"without {b}" for b in exclude_boxes)]
-        model = noise.learn(seen, sources=sources, command=command, **fixed)
-    except (ResultsError, noise.NoiseModelError) as e:
-        raise GateInputError(str(e)) from None
+    if same_box:
+        seen, runs, fixed = same_box_seen(same_box)
+    else:
+        seen, runs, fixed = cross_box_seen(results_dirs, exclude_boxes)
+    sources = [*results_dirs, *same_box, *(f"without {b}" for b in exclude_boxes)]
+    model = noise.learn(seen, sources=sources, command=command, **fixed)
     kept = []
     if Path(out).is_file():
         try:
             kept = [m for m in noise.load_models(out) if (m.gpu, m.kind) != (model.gpu, model.kind)]
         except noise.NoiseModelError as e:
-            raise GateInputError(f"{e}: not overwritten") from None
+            raise ResultsError(f"{e}: not overwritten") from None
     noise.save_models([*kept, model], out)
     return model
 
 
 def boxes_in(results_dirs: Sequence[str]) -> list[str]:
     """Every recorded box (results folder and machine) in ``results_dirs``."""
-    try:
-        return [box_of(d, m) for d in results_dirs for m in machines(d)]
-    except ResultsError as e:
-        raise GateInputError(str(e)) from None
+    return [box_of(d, m) for d in results_dirs for m in machines(d)]
 
 
 def resolve_boxes(results_dirs: Sequence[str], names: Sequence[str]) -> list[str]:
-    """Boxes named ``FOLDER:MACHINE`` (or a machine name that exactly one box has); GateInputError for
+    """Boxes named ``FOLDER:MACHINE`` (or a machine name that exactly one box has); ResultsError for
     a name no box has, or one that several share."""
     known = boxes_in(results_dirs)
     out = []
@@ -108,7 +102,7 @@ def resolve_boxes(results_dirs: Sequence[str], names: Sequence[str]) -> list[str
         found = norm or by_machine
         if len(found) != 1:
             what = "no box" if not found else f"{len(found)} boxes ({', '.join(found)})"
-            raise GateInputError(f"{name!r} names {what}; boxes: {', '.join(known) or 'none'} "
+            raise ResultsError(f"{name!r} names {what}; boxes: {', '.join(known) or 'none'} "
                                  "(name one as FOLDER:MACHINE)")
         out.append(found[0])
     return out
@@ -124,7 +118,7 @@ def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
     ``factor`` slower; each for the pairs of today's methods (rounds) and for all."""
     if same_box:
         if results_dirs or held_out:
-            raise GateInputError("a same-box check leaves each box of its compare folders out in turn: "
+            raise ResultsError("a same-box check leaves each box of its compare folders out in turn: "
                                  "no RESULTS_DIR or --exclude-box beside --same-box")
         seen, runs, fixed = same_box_seen(same_box)
         named = []
@@ -133,7 +127,7 @@ def noise_check(results_dirs: Sequence[str], held_out: Sequence[str] = (),
         seen, runs, fixed = cross_box_seen(results_dirs)
     boxes = sorted({b for p in seen for b in p.boxes})
     if len(boxes) < 2:
-        raise GateInputError(f"compares of {len(boxes)} box: leaving a box out needs at least two")
+        raise ResultsError(f"compares of {len(boxes)} box: leaving a box out needs at least two")
     chosen = named or boxes
     comparisons: dict[tuple[str, str], dict] = {}
     groups: dict[str, dict[tuple, dict]] = {"today": {}, "all": {}}

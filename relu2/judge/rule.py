@@ -64,10 +64,6 @@ def family_of(impl: str) -> str:
     return FAMILIES.get(impl, "fixed kernels")
 
 
-class VerdictInputError(ResultsError):
-    """Two commits' measurements that must not be compared (one line says why, and the flag that overrides)."""
-
-
 @dataclass(frozen=True)
 class Rule:
     """When a slower figure counts: a move beyond ``ratio`` times the cell's spread AND beyond
@@ -264,11 +260,11 @@ def _nested(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
 
 
 def check_versions(base: Iterable[Measurement], head: Iterable[Measurement]) -> None:
-    """VerdictInputError naming the first benchmark measured under two versions (asv refuses those too)."""
+    """ResultsError naming the first benchmark measured under two versions (asv refuses those too)."""
     seen = {m.benchmark: m.version for m in base}
     for m in head:
         if m.benchmark in seen and seen[m.benchmark] != m.version:
-            raise VerdictInputError(
+            raise ResultsError(
                 f"{m.benchmark} was measured as version {_short(seen[m.benchmark])} at base and "
                 f"{_short(m.version)} at head: its figures mean different things (asv refuses to compare "
                 "them too); --across-versions compares anyway")
