@@ -550,7 +550,7 @@ def test_markdown_in_a_cell_s_parameters_stays_in_its_table_cell(tmp_path):
                                  None, None, None, [[5e-6] * ROUNDS]]
         path.write_text(json.dumps(data))
 
-    from relu2.judge.report import _code
+    from relu2.vocab.markdown import code as _code
 
     _, reports = _aa(tmp_path, extra)
     report = reports["h200"]["report"]

@@ -461,7 +461,7 @@ def test_a_re_measurement_of_another_machine_is_refused(tmp_path):
 
 
 def test_code_keeps_a_string_in_its_table_cell():
-    from relu2.judge.report import _code
+    from relu2.vocab.markdown import code as _code
 
     assert _code("Grid.track_hot(impl=fused)") == "` Grid.track_hot(impl=fused) `"
     assert _code("a`b``c") == "``` a`b``c ```"  # a fence longer than any run inside
@@ -471,7 +471,8 @@ def test_code_keeps_a_string_in_its_table_cell():
 
 
 def test_prose_renders_as_written():
-    from relu2.judge.report import WORD_JOINER, _prose
+    from relu2.vocab.markdown import WORD_JOINER
+    from relu2.vocab.markdown import prose as _prose
 
     text = _prose("b\n\n### ✅ PASS <img src=x onerror=alert(1)> @octocat #12 [x](https://e.invalid) *y* _z_ | `w` &amp;")
     assert "\n" not in text and "<" not in text and "&amp;amp;" in text

@@ -4,12 +4,12 @@ docs/tracking.md).  Figures are written with relu2.vocab.schema's formatters."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from relu2.host.files import json_text
 from relu2.judge.rule import Change, Spread
+from relu2.vocab import markdown as md
 from relu2.vocab.schema import FAILED, format_bytes, format_seconds
 
 REPICKED_WHY = ("the same generated code; autotuning picked another launch configuration on this box: "
@@ -158,8 +158,8 @@ class GateReport:
 
     def format(self) -> str:
         """Plain text: verdict first, then each finding, then the resolution."""
-        lines = [f"relu2 gate: {self.verdict} (exit {self.exit_code}): {self.summary()}", _plain(self.header())]
-        lines += [f"relu2 gate: {_plain(note, NOTE_LIMIT)}" for note in self.notes()]
+        lines = [f"relu2 gate: {self.verdict} (exit {self.exit_code}): {self.summary()}", md.plain(self.header())]
+        lines += [f"relu2 gate: {md.plain(note, NOTE_LIMIT)}" for note in self.notes()]
         lines += [self.budget_line()] if self.budget_line() else []
         lines += [self.offsets_line()] if self.offsets_line() else []
         lines += _table(self._regression_title(), self.regressions)
@@ -187,9 +187,9 @@ class GateReport:
         mark = "❌" if self.exit_code else "✅"
         # Every string the measured folder chose (machine names, box, GPU, software versions, cell
         # parameters, kernels) is escaped: prose through _prose, cells through _code.
-        lines = [f"### {mark} relu2 gate: {self.verdict}", "", f"{_prose(self.summary(), NOTE_LIMIT)}.", "",
-                 _prose(self.header(), 300).replace("->", "→")]
-        lines += [f"\n**{_prose(note, NOTE_LIMIT)}**" for note in self.notes()]
+        lines = [f"### {mark} relu2 gate: {self.verdict}", "", f"{md.prose(self.summary(), NOTE_LIMIT)}.", "",
+                 md.prose(self.header(), 300).replace("->", "→")]
+        lines += [f"\n**{md.prose(note, NOTE_LIMIT)}**" for note in self.notes()]
         if self.budget_line():
             lines += ["", self.budget_line() + "."]
         if self.offsets_line():
@@ -208,7 +208,7 @@ class GateReport:
                           "|---:|---:|---:|---:|---|---|"]
                 lines += [f"| {_ratio(c.ratio)} | {_ratio(c.moved)} | {format_value(c.base, c.unit)} | "
                           f"{format_value(c.head, c.unit)} | {_cell_code(c)} | "
-                          f"{_code(c.kernel) if c.kernel else _prose(c.why) if changes is self.missing else ''} |"
+                          f"{md.code(c.kernel) if c.kernel else md.prose(c.why) if changes is self.missing else ''} |"
                           for c in changes[:50]]
                 if len(changes) > 50:
                     lines += ["", f"… and {len(changes) - 50} more (--format json lists every one)."]
@@ -314,8 +314,8 @@ def _table(title: str, changes: list[Change], limit: int | None = None, show_why
     shown = changes[:limit] if limit else changes
     # ratio: the medians'; judged: what the rule read (paired: the rounds' median move; the box's move out)
     rows = [(_ratio(c.ratio), _ratio(c.moved), format_value(c.base, c.unit), format_value(c.head, c.unit),
-             _plain(c.label) + (f"  [kernel {_plain(c.kernel)}]" if c.kernel and c.kernel != "same" else "")
-             + (f"  (also {_plain(', '.join(c.also))})" if c.also else "")
+             md.plain(c.label) + (f"  [kernel {md.plain(c.kernel)}]" if c.kernel and c.kernel != "same" else "")
+             + (f"  (also {md.plain(', '.join(c.also))})" if c.also else "")
              + (f"  ({c.why})" if show_why and c.why else "")) for c in shown]
     header = ("ratio", "judged", "base", "head", "cell")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
@@ -348,43 +348,6 @@ def format_spread(rows: Sequence[Spread], markdown: bool = False) -> str:
                      for r in [header, *body])
 
 
-# ---------------------------------------------------------------------------------------------
-# strings the measured folder chose, rendered (the folder is untrusted: docs/ci.md)
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-# What markdown reads inside a line: code, emphasis, links and images, strikethrough, table cells.
-# (A line of ours never starts with what the folder wrote, so #, >, - and digits need nothing.)
-_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]|~])")
-WORD_JOINER = "\u2060"
-
-
-def _plain(s: object, limit: int = 200) -> str:
-    """One line: control, line-breaking and direction characters dropped, whitespace collapsed, at most
-    ``limit`` characters."""
-    text = " ".join(_CONTROL.sub(" ", str(s)).split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def _code(s: object, limit: int = 200) -> str:
-    """``s`` as inline code in a markdown table cell: one line, bounded, fenced with one backtick more
-    than its longest run, ``|`` escaped (GFM splits a table row at a pipe before it reads code spans)."""
-    text = _plain(s, limit).replace("|", "\\|")
-    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    return f"{fence} {text} {fence}"
-
-
-def _prose(s: object, limit: int = 200) -> str:
-    """``s`` as markdown text in a line of ours that renders as written: one line, bounded, HTML's ``&``
-    and ``<`` escaped (no tag, no entity), the punctuation markdown reads inside a line
-    backslash-escaped, and mentions (``@name``), references (``#12``) and bare links (``://``,
-    ``www.``) broken by a word joiner, so a folder cannot ping, link, format or add a heading."""
-    text = _plain(s, limit)
-    text = re.sub(r"([@#])(?=\w)", "\\1" + WORD_JOINER, text)
-    text = text.replace("://", ":" + WORD_JOINER + "//").replace("www.", "www" + WORD_JOINER + ".")
-    text = text.replace("&", "&amp;").replace("<", "&lt;")
-    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
-
-
 def _cell_code(c: Change) -> str:
     """A table's cell column: the label, and the other suites listing it."""
-    return _code(c.label) + (f" (also {_code(', '.join(c.also), 100)})" if c.also else "")
+    return md.code(c.label) + (f" (also {md.code(', '.join(c.also), 100)})" if c.also else "")
