@@ -29,7 +29,6 @@ import math
 import os
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Sequence
 
 from relu2.host.machine import is_cpu_machine
@@ -40,8 +39,7 @@ from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Rule, check_ver
                               confirm, family_of, spread)
 from relu2.records import compare_folder
 from relu2.records.asv_names import SUMMARY
-from relu2.records.asv_results import (Measurement, box_of, commit_dates, iso_date, load_measurements, machine_folder,
-                                       machine_info, machines, resolve_commit)
+from relu2.records.asv_results import Measurement, pick_machine, read_commit
 from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, shown
 from relu2.records.confirmed import read_remeasurement
 from relu2.records.plan import Plan, read_plan
@@ -52,26 +50,6 @@ UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, 
 REPORTED_BEYOND = 1.10  # a cell not gated is listed (never failing) when it moved more than this
 FAILED_BASE_LIMIT = 0.5  # a base with more failed cells than this says nothing about head
 STACK = ("torch", "triton", "cuda", "driver")  # machine.json keys whose change moves every figure
-
-
-def pick_machine(results_dir: str | os.PathLike, machine: str | None) -> str:
-    """``machine`` (its folder's name or the name its machine.json records) if it has results; the
-    only machine when None; ResultsError otherwise."""
-    known = machines(results_dir)
-    if machine is not None:
-        machine_info(results_dir, machine)  # finds it by folder or recorded name, or by neither
-    if machine is not None:
-        folder = machine_folder(Path(results_dir), machine)
-        if folder is None or not any(p.name not in ("machine.json",) for p in folder.glob("*.json")):
-            raise ResultsError(f"no results for machine {machine!r} in {results_dir} "
-                                 f"(machines: {', '.join(known) or 'none'})")
-        return machine
-    if not known:
-        raise ResultsError(f"no asv results in {results_dir} (no <machine>/machine.json with results)")
-    if len(known) > 1:
-        raise ResultsError(f"several machines in {results_dir}: {', '.join(known)}; choose one with --machine "
-                             "(or --base-machine and --head-machine)")
-    return known[0]
 
 
 def stack_differences(base: dict, head: dict) -> str:
@@ -244,11 +222,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
 
 
 def _read_side(results_dir: str | os.PathLike, machine: str, ref: str, box: str | None = None) -> Side:
-    info = machine_info(results_dir, machine)
-    full = resolve_commit(results_dir, ref, machine)
-    ms = load_measurements(results_dir, machine, full, box=box or box_of(results_dir, machine))
-    date = iso_date(commit_dates(results_dir, machine).get(full))[:10]
-    return Side(machine, full, date, info, ms)
+    return Side(machine, *read_commit(results_dir, machine, ref, box))
 
 
 def gate(

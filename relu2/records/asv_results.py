@@ -607,3 +607,31 @@ def export_csv(
     else:
         write_csv(rows, out)
     return len(rows)
+
+
+def pick_machine(results_dir: str | os.PathLike, machine: str | None) -> str:
+    """``machine`` (its folder's name or the name its machine.json records) if it has results; the
+    only machine when None; ResultsError otherwise."""
+    known = machines(results_dir)
+    if machine is not None:
+        machine_info(results_dir, machine)  # finds it by folder or recorded name, or by neither
+    if machine is not None:
+        folder = machine_folder(Path(results_dir), machine)
+        if folder is None or not any(p.name not in ("machine.json",) for p in folder.glob("*.json")):
+            raise ResultsError(f"no results for machine {machine!r} in {results_dir} "
+                                 f"(machines: {', '.join(known) or 'none'})")
+        return machine
+    if not known:
+        raise ResultsError(f"no asv results in {results_dir} (no <machine>/machine.json with results)")
+    if len(known) > 1:
+        raise ResultsError(f"several machines in {results_dir}: {', '.join(known)}; choose one with --machine "
+                             "(or --base-machine and --head-machine)")
+    return known[0]
+
+
+def read_commit(results_dir: str | os.PathLike, machine: str, ref: str, box: str | None = None
+                ) -> tuple[str, str, dict, list[Measurement]]:
+    """One commit of one machine, read: its full hash, its date (YYYY-MM-DD), machine.json, its measurements."""
+    full = resolve_commit(results_dir, ref, machine)
+    return (full, iso_date(commit_dates(results_dir, machine).get(full))[:10], machine_info(results_dir, machine),
+            load_measurements(results_dir, machine, full, box=box or box_of(results_dir, machine)))
