@@ -47,7 +47,7 @@ from relu2.host.files import atomic_write_text
 from relu2.judge.rule import (AUTOTUNED, FAMILY_NAMES, GATED_MODES, REFERENCES, REPICK_BOUND, Figure, Rule, family_of,
                               is_slower, move, pairs, reference_moves)
 from relu2.records.asv_names import SUMMARY, Cell
-from relu2.records.asv_results import Measurement, box_of, commit_dates, load_measurements, machine_info, machines
+from relu2.records.asv_results import Measurement, Run, runs_in  # noqa: F401  (runs_in: what noise learns from)
 from relu2.vocab.errors import UsageError
 from relu2.vocab.schema import (BAND_NAMES, BANDS, BUDGET, DEFAULT_FLOOR_S, KNOWN_L2, LARGEST_BAND, OK,  # noqa: F401
                                 Band, band_of, l2_of)
@@ -247,39 +247,7 @@ def save_models(models: Sequence[NoiseModel], path: str | os.PathLike) -> None:
                                        sort_keys=True) + "\n")
 
 
-# --- recorded runs --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Run:
-    """One commit measured on one box."""
-
-    box: str  # "<results folder>:<machine>", or a compare folder's box
-    machine: str
-    commit: str
-    gpu: str
-    l2_bytes: int | None
-    measurements: tuple[Measurement, ...] = ()
-    source: str = ""  # the results folder or compare folder it was read from
-
-    @property
-    def name(self) -> str:
-        return f"{self.box}@{self.commit[:8]}"
-
-
-def runs_in(results_dir: str | os.PathLike) -> list[Run]:
-    """Every (machine, commit) with results in a results folder, ordered by machine, commit date and
-    hash (never the git graph: the model learned is the same in any clone)."""
-    out = []
-    for m in machines(results_dir):
-        info = machine_info(results_dir, m)
-        dates = commit_dates(results_dir, m)
-        box = box_of(results_dir, m)
-        every = load_measurements(results_dir, m, box=box)
-        for c in sorted(dates, key=lambda h: (dates[h], h)):
-            out.append(Run(box, m, c, str(info.get("gpu", "")), l2_of(info),
-                           tuple(x for x in every if x.commit == c), str(results_dir)))
-    return out
+# --- recorded runs (relu2.records.asv_results.Run) ---------------------------------------------------
 
 
 def cross_box_pairs(runs: Sequence[Run]) -> list[tuple[Run, Run]]:

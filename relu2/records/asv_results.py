@@ -39,7 +39,7 @@ from relu2.host import git
 from relu2.records.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, split, unit_of
 from relu2.records.rows import Row, csv_text, make_row, write_csv, write_stdout
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex
+from relu2.vocab.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex, l2_of
 from relu2.vocab.schema import mode as mode_named
 
 # asv writes these two next to result files; they are not results.
@@ -635,3 +635,35 @@ def read_commit(results_dir: str | os.PathLike, machine: str, ref: str, box: str
     full = resolve_commit(results_dir, ref, machine)
     return (full, iso_date(commit_dates(results_dir, machine).get(full))[:10], machine_info(results_dir, machine),
             load_measurements(results_dir, machine, full, box=box or box_of(results_dir, machine)))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One commit measured on one box."""
+
+    box: str  # "<results folder>:<machine>", or a compare folder's box
+    machine: str
+    commit: str
+    gpu: str
+    l2_bytes: int | None
+    measurements: tuple[Measurement, ...] = ()
+    source: str = ""  # the results folder or compare folder it was read from
+
+    @property
+    def name(self) -> str:
+        return f"{self.box}@{self.commit[:8]}"
+
+
+def runs_in(results_dir: str | os.PathLike) -> list[Run]:
+    """Every (machine, commit) with results in a results folder, ordered by machine, commit date and
+    hash (never the git graph: the model learned is the same in any clone)."""
+    out = []
+    for m in machines(results_dir):
+        info = machine_info(results_dir, m)
+        dates = commit_dates(results_dir, m)
+        box = box_of(results_dir, m)
+        every = load_measurements(results_dir, m, box=box)
+        for c in sorted(dates, key=lambda h: (dates[h], h)):
+            out.append(Run(box, m, c, str(info.get("gpu", "")), l2_of(info),
+                           tuple(x for x in every if x.commit == c), str(results_dir)))
+    return out
