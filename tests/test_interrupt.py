@@ -200,13 +200,12 @@ def test_a_second_ctrl_c_ends_everything_at_once(tmp_path, launch):
     # The first Ctrl-C asks the workers to leave (SIGTERM, then a grace): this worker takes its time and
     # says when it got the SIGTERM, so the second Ctrl-C lands while the first is handled, however
     # loaded the machine is (a fixed sleep raced the first's handling on a busy 2-core VM).
-    termed = tmp_path / "termed"
+    termed, started = tmp_path / "termed", tmp_path / "started"
     argv = [a if a != "eager" else "stubborn" for a in SWEEP]
     run = launch([sys.executable, "-c", STUBBORN, *argv, "--out", str(tmp_path / "out")], ROOT,
                  PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "fixtures")]),
-                 RELU2_TEST_TERMED=str(termed))
-    run.wait_for(_said("cells x 1 modes"), "measuring")
-    run.wait_for(_with("spawn_main"), "a worker")
+                 RELU2_TEST_TERMED=str(termed), RELU2_TEST_STARTED=str(started))
+    run.wait_for(lambda _: started.exists(), "the worker running the implementation")
     os.killpg(run.proc.pid, signal.SIGINT)
     run.wait_for(lambda _: termed.exists(), "the first Ctrl-C reaching the worker")
     took, left = _stop(run, signal.SIGINT)
