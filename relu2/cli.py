@@ -31,7 +31,7 @@ from relu2.judge.report import format_spread
 from relu2.measure import counters, sweep
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.sweep import check_fits
-from relu2.records import asv_results, compare_folder
+from relu2.records import asv_results, compare_folder, work
 from relu2.records.asv_results import resolve_commit
 from relu2.records.rows import flag_outliers, read_csv
 from relu2.runs import asv_run, bisect, compare, confirm, sweep_job
@@ -509,7 +509,7 @@ def cmd_counters(args: argparse.Namespace) -> int:
     counted = counters.count(cells, launches=args.launches)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "counters.json").write_text(json.dumps(counters.report_json(counted), indent=1))
+        (out / "counters.json").write_text(json.dumps(work.report_json(counted), indent=1))
         (out / "ncu.csv").write_text(counted.raw_csv)
     except OSError as e:
         raise WriteError(f"cannot write {out}: {e.strerror}") from None

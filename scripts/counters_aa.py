@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from relu2.measure.counters import COUNTERS, Counted, Work, describe_change, read_report  # noqa: E402
+from relu2.records.work import COUNTERS, Counted, Work, describe_change, read_report  # noqa: E402
 from relu2.vocab.schema import Cell, itemsize  # noqa: E402
 
 

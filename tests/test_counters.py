@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from relu2.measure import counters
-from relu2.measure.counters import EXACT, MARKER, Work, describe_change, parse_ncu_csv, read_report, split_launches
+from relu2.records.work import EXACT, MARKER, NcuOutputError, Work, describe_change, parse_ncu_csv, read_report, split_launches
 from relu2.vocab.schema import Cell
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -86,7 +86,7 @@ def test_the_same_planted_change_counts_alike_on_two_boxes():
 
 
 def test_a_csv_without_the_launch_columns_is_refused_by_name():
-    with pytest.raises(counters.NcuOutputError, match="Kernel Name"):
+    with pytest.raises(NcuOutputError, match="Kernel Name"):
         parse_ncu_csv('"ID","Process ID","Metric"\n"","",""\n"1","2","3"\n')
     assert parse_ncu_csv("==PROF== no kernel was profiled\n") == []
 
