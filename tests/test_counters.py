@@ -15,6 +15,7 @@ from relu2.records.work import EXACT, MARKER, NcuOutputError, Work, describe_cha
 from relu2.vocab.schema import Cell
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 from conftest import refused  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,3 +130,37 @@ def test_the_aa_script_prints_the_table_docs_quote(capsys):
     out = capsys.readouterr().out
     assert "5 A/A runs on 2 boxes" in out and "instructions       274/274  0%" in out
     assert "box-a/comment-only: work changed in 0 of 60 cells" in out
+
+
+def test_a_compare_reports_the_exact_work_change_beside_each_changed_kernel(tmp_path):
+    """gate --compare reads DIR/work.json (relu2 compare writes it on CUDA: the cells whose kernel
+    differs, counted once per side) and names each counted cell's change beside its kernel."""
+    from test_gate_compare import make_compare
+
+    import asv_fixture as fx
+    from relu2.judge.gate import gate_compare
+    from relu2.records.compare_folder import write_work
+
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3, head_scale=[((fx.PLANTED_BENCH, fx.PLANTED_PARAMS), 1.5)])
+    base, planted = read_report(DATA / "box-a" / "aa-1"), read_report(DATA / "box-a" / "slow-fused-5-blocks")
+    fused = [c for c in planted.works if c.impl == "fused"]
+    keep = lambda counted: type(counted)({c: counted.works[c] for c in fused})  # noqa: E731
+    write_work(folder, "", keep(base), keep(planted))
+    report = gate_compare(folder)
+    assert any("work counted for the 30 cells whose kernel differs: 30 did other work (fused)" in n for n in report.notes())
+    flagged = next(c for c in report.regressions if c.label == fx.PLANTED_LABEL)
+    assert ": registers 24 -> 32, instructions +32.1%" in flagged.kernel
+    assert "instructions +32.1%" in report.render("markdown")
+
+
+def test_a_compare_without_counters_says_why_once(tmp_path):
+    from test_gate_compare import make_compare
+
+    import asv_fixture as fx
+    from relu2.judge.gate import gate_compare
+    from relu2.records.compare_folder import write_work
+
+    folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3)
+    write_work(folder, counters.unavailable("cpu"))
+    notes = [n for n in gate_compare(folder).notes() if "work counters" in n]
+    assert notes == ["work counters: not measured here: counters are read by Nsight Compute on CUDA, and this run is on cpu"]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Sequence
 
@@ -35,16 +35,16 @@ from relu2.host.machine import is_cpu_machine
 from relu2.judge import noise
 from relu2.judge.noise import NoiseModel
 from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution
-from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Rule, check_versions, compare,
-                              confirm, family_of, spread)
+from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Rule, check_versions, compare, confirm, family_of,
+                              spread)
 from relu2.records import compare_folder
 from relu2.records.asv_names import SUMMARY
 from relu2.records.asv_results import Measurement, pick_machine, read_commit
-from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, shown
+from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, CountedWork, shown
 from relu2.records.confirmed import read_remeasurement
 from relu2.records.plan import Plan, read_plan
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import OK
+from relu2.vocab.schema import OK, Cell, geometry, parse_shape
 
 UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, not gated"
 REPORTED_BEYOND = 1.10  # a cell not gated is listed (never failing) when it moved more than this
@@ -323,10 +323,42 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
     note = f"paired: base and head measured side by side on box {meta.box} ({meta.rounds} rounds each)"
     if b.commit == h.commit:
         note += "; base and head are one commit: an A/A"
-    return judge(b, h, paired=True, kind=noise.SAME_BOX, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
-                 allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
-                 allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model, notes=[note],
-                 plan=planned, confirm_machine=meta.machine)
+    work = compare_folder.read_work(meta.path)
+    report = judge(b, h, paired=True, kind=noise.SAME_BOX, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
+                   allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
+                   allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model,
+                   notes=[note, work_note(work)], plan=planned, confirm_machine=meta.machine)
+    return with_work(report, work)
+
+
+def work_note(work: CountedWork) -> str:
+    """What the work counters say of the compare, in one line."""
+    if work.why:
+        return f"work counters: {work.why}"
+    changed = [c for c in work.base if work.change(c)]
+    return (f"work counted for the {len(work.base)} cells whose kernel differs: {len(changed)} did other work"
+            + (f" ({', '.join(sorted({c.impl for c in changed}))})" if changed else ""))
+
+
+def with_work(report: GateReport, work: CountedWork) -> GateReport:
+    """Every listed cell whose work was counted gets its exact change beside its kernel's
+    ("3f2a -> 77c0: instructions +6.0%, dram_read_bytes +3.1%", or ": the same work")."""
+    if work.why or not work.base:
+        return report
+
+    def said(change: Change) -> Change:
+        params = dict(change.params)
+        try:
+            numel, shape = geometry(params)
+            cell = Cell(params["impl"], params["dtype"], numel, parse_shape(shape))
+        except (KeyError, ValueError):
+            return change
+        moved = work.change(cell)
+        return change if moved is None else replace(change, kernel=f"{change.kernel}: {moved or 'the same work'}")
+
+    lists = {f.name: [said(c) for c in getattr(report, f.name)] for f in fields(report)
+             if isinstance(getattr(report, f.name), list) and all(isinstance(c, Change) for c in getattr(report, f.name))}
+    return replace(report, **lists)
 
 
 # --- the plan: which cells a compare holds (the trusted suites') -------------------------------------

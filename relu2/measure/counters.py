@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from relu2.host.proc import run_child
 from relu2.records.work import METRICS, Counted, parse_ncu_csv, split_launches
@@ -64,8 +64,10 @@ def unavailable(device: str) -> str:
 # --- measuring: the parent ------------------------------------------------------------------------------
 
 
-def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0) -> Counted:
-    """Count every cell's work in one child process under ncu; RuntimeError when ncu itself fails."""
+def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0, env: Mapping[str, str] | None = None,
+          cwd: str | os.PathLike | None = None) -> Counted:
+    """Count every cell's work in one child process under ncu (``env``, ``cwd``: a compare side's, whose
+    implementations it counts); RuntimeError when ncu itself fails."""
     ncu = ncu_path()
     if ncu is None:
         raise RuntimeError(unavailable("cuda"))
@@ -78,7 +80,7 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0) -
                    "--csv", "--page", "raw", "--print-units", "base", "--metrics", ",".join(METRICS),
                    "--log-file", str(log),
                    sys.executable, "-m", "relu2.measure.counters", str(plan), str(done)]
-        ended = run_child(command, timeout_s=timeout_s)
+        ended = run_child(command, timeout_s=timeout_s, env=env, cwd=cwd)
         raw = log.read_text() if log.exists() else ""
         if '"ID",' not in raw:  # an ncu that prints its CSV to stdout despite --log-file
             raw = ended.stdout

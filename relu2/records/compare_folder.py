@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from relu2.host.files import atomic_write_text
+from relu2.records.work import counted_from_json, describe_change, report_json
 from relu2.vocab.errors import ResultsError, UsageError
 
 FORMAT = 1
@@ -26,6 +27,7 @@ COMPARE_FILE = "compare.json"
 ROUNDS_DIR = "rounds"  # a run's rounds as they end, until its results are written (--resume reads them)
 SIDE_NAMES = ("base", "head")
 REPORT_FORMATS = {"text": "report.txt", "markdown": "report.md", "json": "report.json"}
+WORK_FILE = "work.json"  # the work counters of the cells whose kernel differs, once per side (or why none)
 # What a compare folder may record (it was written where the head's code ran, and these strings reach
 # a pull-request comment): a box id (a boot id, a host name), and GPU and software names such as
 # "NVIDIA H200", "2.9.0+cu128", "570.133.20".  Anything else is refused, not escaped.
@@ -137,3 +139,39 @@ def read_compare(folder: str | os.PathLike) -> CompareFolder:
         if not (path / side).is_dir():
             raise ResultsError(f"{path / side}: missing (a compare folder holds base/ and head/ results folders)")
     return out
+
+
+@dataclass(frozen=True)
+class CountedWork:
+    """DIR/work.json: each side's work of the cells whose kernel differs between them, or why none was
+    counted ("not measured here: ..."); an absent file (an older compare) is "not counted"."""
+
+    why: str
+    base: dict = field(default_factory=dict)  # Cell -> Work
+    head: dict = field(default_factory=dict)
+
+    def change(self, cell: Any) -> str | None:
+        """How the cell's work changed ("" the same), or None when it was not counted."""
+        b, h = self.base.get(cell), self.head.get(cell)
+        return describe_change(b, h) if b is not None and h is not None else None
+
+
+def write_work(folder: Path, why: str, base: Any = None, head: Any = None) -> None:
+    """DIR/work.json: ``why`` nothing was counted, or both sides' Counted."""
+    data = {"format": 1, "why": why, **({"base": report_json(base), "head": report_json(head)} if not why else {})}
+    atomic_write_text(folder / WORK_FILE, json.dumps(data) + "\n")
+
+
+def read_work(folder: str | os.PathLike) -> CountedWork:
+    """DIR/work.json, read; ResultsError naming it when it is not one."""
+    path = Path(folder) / WORK_FILE
+    if not path.exists():
+        return CountedWork("not counted (this compare recorded no work counters)")
+    try:
+        data = json.loads(path.read_text())
+        if data.get("why"):
+            return CountedWork(str(data["why"]))
+        base, head = counted_from_json(data["base"]), counted_from_json(data["head"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ResultsError(f"{path}: not a record of work counters ({type(e).__name__}: {e})") from None
+    return CountedWork("", {c: w[0] for c, w in base.works.items() if w}, {c: w[0] for c, w in head.works.items() if w})

@@ -213,14 +213,18 @@ def report_json(counted: Counted) -> dict[str, Any]:
     }
 
 
-def read_report(folder: Path) -> Counted:
-    """A folder ``relu2 counters`` wrote (counters.json, or counters.json.gz as docs/aa keeps it)."""
-    plain, packed = folder / "counters.json", folder / "counters.json.gz"
-    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
-    data = json.loads(text)
+def counted_from_json(data: Mapping[str, Any]) -> Counted:
+    """``report_json``'s data back."""
     counted = Counted(seconds=float(data.get("seconds", 0.0)))
     for entry in data["cells"]:
         counted.works[Cell.from_json(entry["cell"])] = [Work.from_json(w) for w in entry["launches"]]
     for entry in data.get("uncounted", data.get(FAILED, [])):  # the first runs (docs/aa) named it so
         counted.failed[Cell.from_json(entry["cell"])] = entry["reason"]
     return counted
+
+
+def read_report(folder: Path) -> Counted:
+    """A folder ``relu2 counters`` wrote (counters.json, or counters.json.gz as docs/aa keeps it)."""
+    plain, packed = folder / "counters.json", folder / "counters.json.gz"
+    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
+    return counted_from_json(json.loads(text))

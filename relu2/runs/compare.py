@@ -59,11 +59,11 @@ from relu2.host.machine import machine_info, resolve_device
 from relu2.host.outputs import claim_dir, name_part
 from relu2.host.proc import Ended, environ, run_child
 from relu2.judge import gate
-from relu2.measure import rounds
+from relu2.measure import counters, rounds
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS, merge
 from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, check_resumable, incomplete,
-                                          write_info)
+                                          write_info, write_work)
 from relu2.runs import asv_run
 from relu2.runs.asv_run import (ENV_INSTRUMENT, atomic_asv_writes, check_suite_environment, declared_implementations,
                                 instrument)
@@ -304,6 +304,41 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
     return out
 
 
+def kernels_of(paths: Sequence[Path]) -> dict:
+    """Cell -> the kernel fingerprint a side's first round recorded for it ("" none: torch's own)."""
+    found: dict = {}
+    for path in paths:
+        for result in pickle.loads(path.read_bytes()).get("results", ()):
+            found.setdefault(result.cell, result.kernel)
+    return found
+
+
+def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Measured", device: str, folder: Path,
+                       say: Say = _stderr) -> None:
+    """The work counters (``relu2.measure.counters``) of the cells whose kernel differs between the sides,
+    counted once per side, not per round (they are exact), into DIR/work.json; where they cannot be
+    counted (no CUDA, no ncu, ncu refused), why, in the same file.  A cell whose kernel is the same on
+    both sides did the same work: it is not counted (docs/methodology.md, "Work counters")."""
+    why = counters.unavailable(device)
+    if why:
+        write_work(folder, why)
+        return
+    base, head = kernels_of(done.rounds["base"]), kernels_of(done.rounds["head"])
+    changed = sorted((c for c in base if c in head and base[c] != head[c]), key=lambda c: c.name("hot"))
+    if not changed:  # every kernel the same: every cell did the same work, nothing to count
+        write_work(folder, "", counters.Counted(), counters.Counted())
+        return
+    began = time.perf_counter()
+    try:
+        sides = [counters.count(changed, env=_env(side, ruler), cwd=scratch) for side in (b, h)]
+    except RuntimeError as e:
+        write_work(folder, f"not counted: {e}")
+        return
+    write_work(folder, "", *sides)
+    say(f"relu2 compare: work counted for the {len(changed)} cells whose kernel differs, in "
+        f"{time.perf_counter() - began:.0f} s")
+
+
 def merged_cells(paths: Sequence[Path]) -> dict:
     """A side's rounds merged, as the suites' cache: ``{"device", "cells": {(impl, dtype, shape): entry}}``
     (entries as ``bench_relu2._entry`` writes them; samples one median a round, in round order)."""
@@ -521,6 +556,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             (folder / ROUNDS_DIR).mkdir(parents=True, exist_ok=True)
             write_info(folder, info)
             done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say, keep=folder / ROUNDS_DIR)
+            count_changed_work(b, h, r, scratch, done, device, folder, say)
             for side in (b, h):
                 ended = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
                                           "rounds": [str(p) for p in done.rounds[side.name]],
