@@ -65,6 +65,7 @@ if _INSTRUMENT and sys.path[:1] != [_INSTRUMENT]:
 from relu2.asv_run import ENV_LOG  # noqa: E402
 from relu2.interface import ENTRY_POINT_GROUP, ENV_MEASURED, INTERFACE_VERSION, declares_interface, entry_points  # noqa: E402
 from relu2.schema import (  # noqa: E402
+    CELL_FIGURES,
     CPU_MAX_NUMEL,
     DEFAULT_SIZES,
     DTYPES,
@@ -76,7 +77,6 @@ from relu2.schema import (  # noqa: E402
     NEMOTRON_DTYPE,
     NEMOTRON_TOKENS,
     NEMOTRON_WIDTHS,
-    PEAK_MEMORY_ASV_VERSION,
     VLLM_HIDDEN,
     VLLM_DTYPE,
     VLLM_TOKENS,
@@ -169,7 +169,8 @@ def _measure_all(device: str) -> dict:
     # Each round a fresh worker pool; a kernel that crashes or hangs costs its own cells only (in the
     # round it did), and RELU2_TIMEOUT bounds a hang.
     done = rounds.measure(plan, device, n_rounds, budget=budget(), timeout_s=timeout_from_env())
-    measured = {_key(cell): _entry(result) for cell, result in done.cells.items()}
+    work, why_not = _counted(list(done.cells), device)
+    measured = {_key(cell): _entry(result, work.get(cell, {})) for cell, result in done.cells.items()}
     cost = (f"relu2: {os.environ.get('ASV_COMMIT', '')[:8]}: measured {len(measured)} cells on {device} in "
             f"{time.perf_counter() - start:.0f} s, {n_rounds} rounds of "
             f"{', '.join(f'{s:.0f}' for s in done.rounds_s)} s, workers starting "
@@ -180,7 +181,17 @@ def _measure_all(device: str) -> dict:
     if log:  # asv shows a setup's output only when it fails: relu2 asv run prints this after the run
         with open(log + ".cost", "a", encoding="utf-8") as f:
             f.write(cost + "\n")
-    return {"device": device, "cells": measured}
+    return {"device": device, "cells": measured, "why_not": why_not}
+
+
+def _counted(cells: list, device: str) -> tuple:
+    """Each cell's work counters (relu2.measure.counters: once a commit, not a round: they are exact),
+    and why they are not (an instrument from before them counts none)."""
+    try:
+        from relu2.measure import counters
+    except ImportError:
+        return {}, "this instrument has no work counters"
+    return counters.figures(cells, device, say=lambda line: print(f"relu2: {line}", file=sys.stderr))
 
 
 def measuring_plan(device: str) -> list:
@@ -231,12 +242,13 @@ def _key(cell: Cell) -> tuple:
     return (cell.impl, cell.dtype, cell.shape)
 
 
-def _entry(result) -> dict:
-    """A CellResult as plain data, so the benchmark processes can unpickle it without torch."""
+def _entry(result, work: dict | None = None) -> dict:
+    """A CellResult as plain data, so the benchmark processes can unpickle it without torch; ``figures``
+    by column (peak memory, and the work counters ``work`` holds)."""
     return {
         "status": result.status,
         "reason": result.reason,
-        "peak_bytes": result.peak_bytes,
+        "figures": {"peak_bytes": result.peak_bytes, **(work or {})},
         "kernel": result.kernel,
         "modes": {
             mode: {
@@ -301,18 +313,6 @@ class _Suite:
             raise _skip_one(figure["reason"])
         return {"samples": figure["samples"], "number": 1}
 
-    def track_peak_memory(self, cache, *params):
-        entry = self._lookup(cache, params)
-        if entry["status"] == "failed":
-            raise RuntimeError(f"relu2: failed: {entry['reason']}")
-        if entry["peak_bytes"] is None:
-            raise _skip_one(f"GPU memory is measured on CUDA only (device here: {cache['device']})")
-        return entry["peak_bytes"]
-
-    track_peak_memory.unit = "bytes"
-    track_peak_memory.version = PEAK_MEMORY_ASV_VERSION
-    track_peak_memory.less_is_better = True
-
     def track_kernel(self, cache, *params):
         """What ran: the fingerprint of the generated or built kernel as a number (a step = new code)."""
         entry = self._lookup(cache, params)
@@ -324,6 +324,32 @@ class _Suite:
 
     track_kernel.unit = "kernel id"
     track_kernel.version = KERNEL_ASV_VERSION
+
+
+def _figure(figure):
+    """``track_<method>`` of a cell figure (relu2.vocab.schema.CELL_FIGURES: peak memory, the work
+    counters): its value for the cell, n/a (saying why) where it was not measured."""
+
+    def track(self, cache, *params):
+        entry = self._lookup(cache, params)
+        if entry["status"] == "failed":
+            raise RuntimeError(f"relu2: failed: {entry['reason']}")
+        value = entry.get("figures", {}).get(figure.column)
+        if value is None:
+            why = (f"GPU memory is measured on CUDA only (device here: {cache['device']})"
+                   if figure.column == "peak_bytes" else cache.get("why_not") or f"no {figure.column} measured")
+            raise _skip_one(why)
+        return value
+
+    track.unit = figure.unit
+    track.version = figure.asv_version
+    track.less_is_better = True
+    track.__name__ = figure.benchmark
+    return track
+
+
+for _figure_ in CELL_FIGURES:
+    setattr(_Suite, _figure_.benchmark, _figure(_figure_))
 
 
 def _track(mode: str, version: str):

@@ -65,12 +65,13 @@ def test_asv_discovers_the_suites(tmp_path):
     subprocess.run([sys.executable, _asv_script(), "discover", str(ROOT / "benchmarks"), str(out)],
                    cwd=tmp_path, env=_asv_env(tmp_path), check=True)
     found = {b["name"]: b for b in json.loads(out.read_text())}
-    from relu2.vocab.schema import MODE_NAMES
+    from relu2.vocab.schema import CELL_FIGURES, MODE_NAMES
 
+    counters = [f.method for f in CELL_FIGURES if f.method != "peak_memory"]  # the work counters
     expected = {f"bench_relu2.{suite}.track_{what}" for suite in ("Grid", "ModelShapes")
-                for what in (*MODE_NAMES, "peak_memory", "kernel")}
+                for what in (*MODE_NAMES, "peak_memory", "kernel", *counters)}
     expected |= {f"bench_relu2.{suite}.track_{what}" for suite in ("VllmShapes", "Nemotron", "WarmupOrder")
-                 for what in (*MODE_NAMES, "kernel")}
+                 for what in (*MODE_NAMES, "kernel", *counters)}
     from benchmarks.bench_relu2 import SUITE_IMPLS
 
     expected |= {f"bench_relu2.Implementations.track_{impl}" for impl in SUITE_IMPLS}  # the overview's tiles
@@ -86,8 +87,8 @@ def test_asv_discovers_the_suites(tmp_path):
     for name, b in found.items():
         assert b["type"] == "track"
         assert b.get("less_is_better") is (None if name.endswith("track_kernel") else True), name
-        assert b["unit"] == {"track_peak_memory": "bytes", "track_kernel": "kernel id"}.get(
-            name.rsplit(".", 1)[-1], "seconds")
+        assert b["unit"] == {"track_peak_memory": "bytes", "track_kernel": "kernel id",
+                             **{f"track_{c}": "count" for c in counters}}.get(name.rsplit(".", 1)[-1], "seconds")
         assert b["setup_cache_timeout"] >= 1800
     assert len({b["setup_cache_key"] for b in found.values()}) == 1  # one measurement for every suite
     assert found["bench_relu2.Implementations.track_fused"]["params"] == []

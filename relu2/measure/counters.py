@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from relu2.host.proc import run_child
-from relu2.records.work import METRICS, Counted, parse_ncu_csv, split_launches
+from relu2.records.work import EXACT, METRICS, Counted, parse_ncu_csv, split_launches
 from relu2.vocab.schema import Cell
 
 ENV_NCU = "RELU2_NCU"  # the ncu executable (default: ncu on PATH, then the CUDA toolkit's)
@@ -99,6 +99,23 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0, e
     for entry in ran["uncounted"]:
         counted.failed[Cell.from_json(entry["cell"])] = entry["reason"]
     return counted
+
+
+def figures(cells: Sequence[Cell], device: str, say=None) -> tuple[dict[Cell, dict[str, float]], str]:
+    """The exact counters of every cell (``schema.CELL_FIGURES``: a call's totals), counted in one
+    ncu process, and why none were ("" when they were): no CUDA, no ncu, ncu refused."""
+    why = unavailable(device)
+    if not why:
+        try:
+            counted = count(cells)
+        except RuntimeError as e:
+            why = f"not counted: {e}"
+        else:
+            return ({cell: {name: w.total(name) for name in EXACT} for cell, w in
+                     ((c, counted.work(c)) for c in counted.works) if w is not None}, "")
+    if say is not None:
+        say(f"work counters: {why}")
+    return {}, why
 
 
 # --- measuring: the child, under ncu --------------------------------------------------------------------

@@ -6,7 +6,8 @@ The suites (``benchmarks/bench_relu2.py``) are named ``bench_relu2.<Suite>.track
   ``Nemotron``, ``WarmupOrder``) take ``(impl, tokens, hidden)`` and time one dtype each, which asv
   never records (no dtype parameter): it is decoded from the suite's dtype in ``relu2.vocab.schema``
   (``SUITE_DTYPES``), so a bfloat16 suite and a float16 one can never be read as one another;
-* ``<measure>`` is a timing mode (``hot``), ``kernel`` (the fingerprint), ``peak_memory``, or, in
+* ``<measure>`` is a timing mode (``hot``), ``kernel`` (the fingerprint), a cell figure (``peak_memory``,
+  a work counter: ``schema.CELL_FIGURES``), or, in
   ``Implementations`` (no parameters), an implementation's name: its ``summary`` figure.
 
 Torch-free: every reader (gate, noise, confirm, export, publish, plots) imports it.
@@ -18,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from relu2.vocab.schema import MODE_NAMES, MODEL_DTYPE, NEMOTRON_DTYPE, VLLM_DTYPE, bytes_moved, geometry
+from relu2.vocab.schema import CELL_FIGURE_METHODS, MODEL_DTYPE, MODE_NAMES, NEMOTRON_DTYPE, VLLM_DTYPE, bytes_moved, geometry
 
 MODULE = "bench_relu2"
 # The dtype each token suite times (its class attribute ``dtype`` is the same constant; a test checks).
@@ -28,7 +29,6 @@ SUITE_DTYPES: Mapping[str, str] = {"ModelShapes": MODEL_DTYPE, "VllmShapes": VLL
 DEFAULT_DTYPE = "bfloat16"
 SIZE_PARAMS = ("numel", "tokens", "hidden")
 KERNEL = "kernel"
-PEAK_MEMORY = "peak_memory"
 SUMMARY = "summary"
 SUMMARY_SUITE = "Implementations"
 
@@ -126,11 +126,12 @@ def split(benchmark: str) -> tuple[str, str, str]:
 
 def measure_of(benchmark: str, unit: str | None = None) -> str:
     """What a benchmark measures from its name (and unit, when known): a mode, ``kernel``,
-    ``peak_memory``, ``summary`` (an Implementations figure), or the method's own name."""
+    a cell figure (``peak_memory``, ``instructions``...), ``summary`` (an Implementations figure), or the
+    method's own name."""
     suite, method, name = split(benchmark)
     if name in MODE_NAMES and unit in (None, "seconds"):
         return name
-    if name in (KERNEL, PEAK_MEMORY):
+    if name == KERNEL or name in CELL_FIGURE_METHODS:
         return name
     if suite.rsplit(".", 1)[-1] == SUMMARY_SUITE and unit in (None, "seconds"):
         return SUMMARY
@@ -140,7 +141,9 @@ def measure_of(benchmark: str, unit: str | None = None) -> str:
 def unit_of(benchmark: str) -> str:
     """The unit a benchmark's name implies (for one benchmarks.json no longer lists): "" when unknown."""
     measure = measure_of(benchmark)
-    return "seconds" if measure in MODE_NAMES or measure == SUMMARY else "bytes" if measure == PEAK_MEMORY else ""
+    if measure in CELL_FIGURE_METHODS:
+        return CELL_FIGURE_METHODS[measure].unit
+    return "seconds" if measure in MODE_NAMES or measure == SUMMARY else ""
 
 
 def decode(benchmark: str, params: Sequence[tuple[str, str]], unit: str) -> Cell:
@@ -152,7 +155,7 @@ def decode(benchmark: str, params: Sequence[tuple[str, str]], unit: str) -> Cell
         measure = name
     elif unit == "seconds" and not named:
         measure, named = SUMMARY, {"impl": name}
-    elif name in (KERNEL, PEAK_MEMORY):
+    elif name == KERNEL or name in CELL_FIGURE_METHODS:
         measure = name
     else:
         measure = method

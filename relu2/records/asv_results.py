@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from relu2.host import git
-from relu2.records.asv_names import KERNEL, PEAK_MEMORY, Cell, decode, split, unit_of
+from relu2.records.asv_names import KERNEL, Cell, decode, split, unit_of
 from relu2.records.rows import Row, csv_text, make_row, write_csv, write_stdout
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex, l2_of
+from relu2.vocab.schema import CELL_FIGURE_METHODS, FAILED, MODE_NAMES, OK, ROOFLINE, SKIPPED, kernel_hex, l2_of
 from relu2.vocab.schema import mode as mode_named
 
 # asv writes these two next to result files; they are not results.
@@ -257,19 +257,19 @@ def is_timing(m: Measurement) -> bool:
 
 def rows_of(measured: Iterable[Measurement]) -> list[Row]:
     """The tidy rows of the timing measurements among ``measured``, in order: each with the roofline's
-    figure of the same machine, commit, mode and input (its own suite's preferred) and the peak memory
-    its suite measured for the same parameters."""
+    figure of the same machine, commit, mode and input (its own suite's preferred) and the cell figures
+    (``schema.CELL_FIGURES``: peak memory, work counters) its suite measured for the same parameters."""
     measured = list(measured)
     roofline = lambda m: (m.machine, m.commit, m.cell.measure, m.cell.dtype, m.cell.shape)  # noqa: E731
     in_suite = lambda m: (m.machine, m.commit, m.cell.suite, m.params)  # noqa: E731
     same_suite: dict[tuple, float] = {}
     any_suite: dict[tuple, float] = {}
-    peak: dict[tuple, float] = {}
+    figures: dict[tuple, dict[str, float]] = {}  # the cell figures (peak memory, work counters) of each cell
     for m in measured:
         if m.status != OK:
             continue
-        if m.cell.measure == PEAK_MEMORY:
-            peak[in_suite(m)] = float(m.value)
+        if m.cell.measure in CELL_FIGURE_METHODS:
+            figures.setdefault(in_suite(m), {})[CELL_FIGURE_METHODS[m.cell.measure].column] = float(m.value)
         elif is_timing(m) and m.cell.impl == ROOFLINE:
             same_suite[(m.cell.suite, *roofline(m))] = float(m.value)
             any_suite.setdefault(roofline(m), float(m.value))
@@ -280,7 +280,7 @@ def rows_of(measured: Iterable[Measurement]) -> list[Row]:
                           stacklevel=2)
             continue
         copy = same_suite.get((m.cell.suite, *roofline(m)), any_suite.get(roofline(m), math.nan))
-        rows.append(row_of(m, copy, **({"peak_bytes": peak[in_suite(m)]} if in_suite(m) in peak else {})))
+        rows.append(row_of(m, copy, **figures.get(in_suite(m), {})))
     return rows
 
 

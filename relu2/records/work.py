@@ -17,41 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from relu2.vocab.schema import FAILED, Cell
+from relu2.vocab.schema import COUNTERS, EXACT, FAILED, Cell
 
 # --- the vocabulary ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Counter:
-    """One figure ncu reads for every kernel.  ``exact``: identical in every A/A measured (processes,
-    launches and boxes), so any difference is a different kernel; the others are kept for the record
-    and never judged."""
-
-    name: str
-    metric: str
-    unit: str
-    exact: bool
-    doc: str
-
-
-COUNTERS: tuple[Counter, ...] = (
-    Counter("instructions", "smsp__inst_executed.sum", "", True, "warp instructions executed"),
-    Counter("global_loads", "smsp__sass_inst_executed_op_global_ld.sum", "", True,
-            "global load instructions executed (warp level)"),
-    Counter("global_stores", "smsp__sass_inst_executed_op_global_st.sum", "", True,
-            "global store instructions executed (warp level)"),
-    Counter("load_bytes", "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "B", True,
-            "bytes global loads asked the L1 for"),
-    Counter("store_bytes", "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum", "B", True,
-            "bytes global stores handed to the L1"),
-    Counter("dram_read_bytes", "dram__bytes_read.sum", "B", False, "bytes read from DRAM (caches flushed first)"),
-    Counter("dram_write_bytes", "dram__bytes_write.sum", "B", False, "bytes written to DRAM"),
-    Counter("l2_sectors", "lts__t_sectors.sum", "", False, "L2 sectors accessed"),
-    Counter("duration_ns", "gpu__time_duration.sum", "ns", False, "the profiled launch's duration (clocks not fixed)"),
-)
-COUNTER_NAMES: tuple[str, ...] = tuple(c.name for c in COUNTERS)
-EXACT: tuple[str, ...] = tuple(c.name for c in COUNTERS if c.exact)
 # The launch itself: ncu's columns of every kernel row, and one metric.
 REGISTERS_METRIC = "launch__registers_per_thread"
 METRICS: tuple[str, ...] = tuple(c.metric for c in COUNTERS) + (REGISTERS_METRIC,)

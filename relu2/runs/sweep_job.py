@@ -12,13 +12,13 @@ process of the sweep ended, ``relu2.host.lifecycle``).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from relu2.host import busy as quiet
 from relu2.host import git, lifecycle
-from relu2.measure import sweep
+from relu2.measure import counters, sweep
 from relu2.records.rows import write_csv
 from relu2.show.table import format_table
 from relu2.vocab import schema
@@ -100,7 +100,7 @@ def run(plan: Plan) -> int:
                       f"writing {plan.out}/", file=sys.stderr)
                 rows = sweep.run_resumable(plan.cells, plan.modes, plan.device, plan.machine, git.head(),
                                            partial, progress=plan.progress, budget=budget, measurer=measurer)
-                return finish(rows, plan.out, partial)
+                return finish(with_work(rows, plan.device), plan.out, partial)
 
 
 def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> None:
@@ -109,6 +109,17 @@ def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> No
     absent = {n: r.why_not(device) for n, r in ready.items() if r is not None and not r.broken and r.why_not(device)}
     if absent:
         raise UsageError("cannot run here: " + "; ".join(f"{n}: {why.splitlines()[0]}" for n, why in absent.items()))
+
+
+def with_work(rows: list, device: str) -> list:
+    """The rows with each cell's work counters, counted once for every cell (after the timings, in one
+    ncu process: relu2.measure.counters); where they cannot be counted, said once, and NaN."""
+    cells = {(r.impl, r.dtype, r.numel, r.shape): Cell(r.impl, r.dtype, r.numel, schema.parse_shape(r.shape))
+             for r in rows if r.status == schema.OK}
+    work, _ = counters.figures(sorted(set(cells.values()), key=lambda c: c.name("hot")), device,
+                               say=lambda line: print(f"relu2 sweep: {line}", file=sys.stderr))
+    return [replace(r, **work[cells[key]]) if (key := (r.impl, r.dtype, r.numel, r.shape)) in cells
+            and cells[key] in work else r for r in rows]
 
 
 def finish(rows: list, out: Path, partial: Path) -> int:

@@ -563,6 +563,75 @@ FLAG_DOCS: Mapping[str, str] = {
              "implausible for a memory-bound op",
 }
 
+# --- work counters and the figures of a cell beside its timings ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One figure ncu reads for every kernel.  ``exact``: identical in every A/A measured (processes,
+    launches and boxes), so any difference is a different kernel; the others are kept for the record
+    and never judged."""
+
+    name: str
+    metric: str
+    unit: str
+    exact: bool
+    doc: str
+
+
+COUNTERS: tuple[Counter, ...] = (
+    Counter("instructions", "smsp__inst_executed.sum", "", True, "warp instructions executed"),
+    Counter("global_loads", "smsp__sass_inst_executed_op_global_ld.sum", "", True,
+            "global load instructions executed (warp level)"),
+    Counter("global_stores", "smsp__sass_inst_executed_op_global_st.sum", "", True,
+            "global store instructions executed (warp level)"),
+    Counter("load_bytes", "l1tex__t_bytes_pipe_lsu_mem_global_op_ld.sum", "B", True,
+            "bytes global loads asked the L1 for"),
+    Counter("store_bytes", "l1tex__t_bytes_pipe_lsu_mem_global_op_st.sum", "B", True,
+            "bytes global stores handed to the L1"),
+    Counter("dram_read_bytes", "dram__bytes_read.sum", "B", False, "bytes read from DRAM (caches flushed first)"),
+    Counter("dram_write_bytes", "dram__bytes_write.sum", "B", False, "bytes written to DRAM"),
+    Counter("l2_sectors", "lts__t_sectors.sum", "", False, "L2 sectors accessed"),
+    Counter("duration_ns", "gpu__time_duration.sum", "ns", False, "the profiled launch's duration (clocks not fixed)"),
+)
+COUNTER_NAMES: tuple[str, ...] = tuple(c.name for c in COUNTERS)
+EXACT: tuple[str, ...] = tuple(c.name for c in COUNTERS if c.exact)
+
+
+@dataclass(frozen=True)
+class CellFigure:
+    """A figure of a cell beside its timings, measured once per cell (not per mode): a column of every
+    row of the cell, and an asv benchmark ``track_<method>`` of each suite that lists it (its version
+    pinned here, as the modes' are).  Adding one is a line here and its measuring (``relu2.measure``):
+    the suites, the readers, the rows and export follow from this list."""
+
+    column: str  # the row's column
+    method: str  # the asv benchmark: track_<method>
+    unit: str  # asv's unit
+    doc: str
+    asv_version: str
+    header: str = ""  # the sweep table's header ("": not in the table)
+    format: Callable[[Any], str] = str
+
+    @property
+    def benchmark(self) -> str:
+        return f"track_{self.method}"
+
+
+def _count(x: Any) -> str:
+    return "-" if _nan_if_missing(x) else f"{x:,.0f}"
+
+
+CELL_FIGURES: tuple[CellFigure, ...] = (
+    CellFigure("peak_bytes", "peak_memory", "bytes", "GPU memory allocated at the peak of one call (NaN off CUDA)",
+               PEAK_MEMORY_ASV_VERSION, header="peak mem", format=format_bytes),
+    *(CellFigure(c.name, c.name, "count", f"work counter, exact: {c.doc} in one call (NaN where not counted)", "1",
+                 header="instructions" if c.name == "instructions" else "", format=_count)
+      for c in COUNTERS if c.exact),
+)
+CELL_FIGURE_METHODS: Mapping[str, CellFigure] = {f.method: f for f in CELL_FIGURES}
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("machine", str, "the machine it was measured on"),
     Column("commit", str, "the git commit measured (full hash)"),
@@ -584,12 +653,15 @@ COLUMNS: tuple[Column, ...] = (
            format=lambda x: "-" if _nan_if_missing(x) else f"{100 * x:.0f}%"),
     Column("status", str, ", ".join(STATUSES[:-1]) + " or " + STATUSES[-1]),
     Column("reason", str, "why a figure is failed or skipped", default=""),
-    Column("peak_bytes", float, "GPU memory allocated at the peak of one call (NaN off CUDA)", unit="B",
-           default=float("nan"), header="peak mem", format=format_bytes),
+    *(Column(f.column, float, f.doc, unit="B" if f.unit == "bytes" else f.unit, default=float("nan"), header=f.header,
+             format=f.format) for f in CELL_FIGURES[:1]),
     Column("flags", str, "implausible figures: " + "; ".join(f"{k}: {d}" for k, d in FLAG_DOCS.items()),
            derive=_flags, default="", header="flags"),
     Column("kernel", str, "fingerprint of what ran: a hash of the generated (compiled paths) or built kernel",
            default=""),
+    # The work counters come last: a CSV of an older relu2 without them reads with NaN.
+    *(Column(f.column, float, f.doc, unit=f.unit, default=float("nan"), header=f.header, format=f.format)
+      for f in CELL_FIGURES[1:]),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 
