@@ -185,13 +185,13 @@ def _measure_all(device: str) -> dict:
 
 
 def _counted(cells: list, device: str) -> tuple:
-    """Each cell's work counters (relu2.measure.counters: once a commit, not a round: they are exact),
-    and why they are not (an instrument from before them counts none)."""
+    """Each cell's figures measured once a commit, not a round (relu2.measure.figures: the work
+    counters, which are exact), and why some are not (an instrument from before them measures none)."""
     try:
-        from relu2.measure import counters
+        from relu2.measure import figures
     except ImportError:
-        return {}, "this instrument has no work counters"
-    return counters.figures(cells, device, say=lambda line: print(f"relu2: {line}", file=sys.stderr))
+        return {}, "this instrument measures no figures beside the timings and peak memory"
+    return figures.measure(cells, device, say=lambda line: print(f"relu2: {line}", file=sys.stderr))
 
 
 def measuring_plan(device: str) -> list:

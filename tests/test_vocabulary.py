@@ -241,6 +241,46 @@ def test_adding_a_mode_touches_the_schema_and_the_timers(tmp_path):
     """)
 
 
+ADD_FIGURE = """
+    # the whole change (issue 37: a measured figure in at most 3 files): a CellFigure in
+    # relu2/vocab/schema.py, and its producer in relu2/measure/figures.py
+    import relu2.vocab.schema as s
+    figure = s.CellFigure("elements_seen", "elements_seen", "count", "elements the toy producer saw", "1",
+                          header="seen", format=str)
+    s.CELL_FIGURES = s.CELL_FIGURES + (figure,)
+    s.CELL_FIGURE_METHODS[figure.method] = figure
+    s.COLUMNS = s.COLUMNS + (s.Column(figure.column, float, figure.doc, unit="count", default=float("nan"),
+                                      header=figure.header, format=figure.format),)
+    s.COLUMN_NAMES = tuple(c.name for c in s.COLUMNS)
+    import relu2.measure.figures as f
+    f.PRODUCERS = f.PRODUCERS + (lambda cells, device: ({c: {"elements_seen": float(c.numel)} for c in cells}, ""),)
+"""
+
+
+def test_a_measured_figure_is_a_line_in_the_schema_and_its_producer(tmp_path):
+    _python(patch=ADD_FIGURE, code=f"""
+        from pathlib import Path
+        from relu2 import cli
+        from relu2.measure import sweep
+        from relu2.records.rows import read_csv
+        from relu2.records.asv_names import decode, unit_of
+        from relu2.measure.timing import Budget
+        import functools
+        sweep.run_resumable = functools.partial(sweep.run_resumable, budget=Budget(samples=2, sample_ms=0.1, max_calls=4))
+        out = Path({str(tmp_path / 'out')!r})
+        code = cli.main(["sweep", "--device", "cpu", "--impl", "eager", "--dtype", "float32", "--sizes", "1024,4096",
+                         "--modes", "hot", "--no-progress", "--in-process", "--out", str(out)])
+        assert code == 0, code
+        rows = read_csv(out / "sweep.csv")
+        assert {{(r.impl, r.elements_seen) for r in rows}} == {{("eager", 1024.0), ("eager", 4096.0),
+                                                               ("copy", 1024.0), ("copy", 4096.0)}}
+        import benchmarks.bench_relu2 as b
+        assert b.Grid.track_elements_seen.version == "1" and b.Grid.track_elements_seen.unit == "count"
+        assert unit_of("bench_relu2.Grid.track_elements_seen") == "count"
+        assert decode("bench_relu2.Grid.track_elements_seen", (("impl", "eager"),), "count").measure == "elements_seen"
+    """)
+
+
 CLAMP = '''"""relu² as a clamp: max(x, 0)², a new built-in: this module and its line in pyproject.toml."""
 
 from relu2.vocab.interface import Implementation

@@ -101,7 +101,7 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0, e
     return counted
 
 
-def figures(cells: Sequence[Cell], device: str, say=None) -> tuple[dict[Cell, dict[str, float]], str]:
+def figures(cells: Sequence[Cell], device: str) -> tuple[dict[Cell, dict[str, float]], str]:
     """The exact counters of every cell (``schema.CELL_FIGURES``: a call's totals), counted in one
     ncu process, and why none were ("" when they were): no CUDA, no ncu, ncu refused."""
     why = unavailable(device)
@@ -113,9 +113,7 @@ def figures(cells: Sequence[Cell], device: str, say=None) -> tuple[dict[Cell, di
         else:
             return ({cell: {name: w.total(name) for name in EXACT} for cell, w in
                      ((c, counted.work(c)) for c in counted.works) if w is not None}, "")
-    if say is not None:
-        say(f"work counters: {why}")
-    return {}, why
+    return {}, f"work counters: {why}"
 
 
 # --- measuring: the child, under ncu --------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from relu2.host import busy as quiet
 from relu2.host import git, lifecycle
-from relu2.measure import counters, sweep
+from relu2.measure import figures, sweep
 from relu2.records.rows import write_csv
 from relu2.show.table import format_table
 from relu2.vocab import schema
@@ -112,12 +112,12 @@ def refuse_absent(measurer: "Measurer", named: Sequence[str], device: str) -> No
 
 
 def with_work(rows: list, device: str) -> list:
-    """The rows with each cell's work counters, counted once for every cell (after the timings, in one
-    ncu process: relu2.measure.counters); where they cannot be counted, said once, and NaN."""
+    """The rows with each cell's figures measured once for the run, after the timings
+    (relu2.measure.figures: the work counters, in one ncu process); where they cannot be, said once, and NaN."""
     cells = {(r.impl, r.dtype, r.numel, r.shape): Cell(r.impl, r.dtype, r.numel, schema.parse_shape(r.shape))
              for r in rows if r.status == schema.OK}
-    work, _ = counters.figures(sorted(set(cells.values()), key=lambda c: c.name("hot")), device,
-                               say=lambda line: print(f"relu2 sweep: {line}", file=sys.stderr))
+    work, _ = figures.measure(sorted(set(cells.values()), key=lambda c: c.name("hot")), device,
+                              say=lambda line: print(f"relu2 sweep: {line}", file=sys.stderr))
     return [replace(r, **work[cells[key]]) if (key := (r.impl, r.dtype, r.numel, r.shape)) in cells
             and cells[key] in work else r for r in rows]
 
