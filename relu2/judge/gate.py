@@ -44,7 +44,7 @@ from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, CountedWo
 from relu2.records.confirmed import read_remeasurement
 from relu2.records.plan import Plan, read_plan
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import OK, Cell, geometry, parse_shape
+from relu2.vocab.schema import OK
 
 UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, not gated"
 REPORTED_BEYOND = 1.10  # a cell not gated is listed (never failing) when it moved more than this
@@ -327,38 +327,19 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
     report = judge(b, h, paired=True, kind=noise.SAME_BOX, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
                    allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
                    allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model,
-                   notes=[note, work_note(work)], plan=planned, confirm_machine=meta.machine)
+                   notes=[note, work.note()], plan=planned, confirm_machine=meta.machine)
     return with_work(report, work)
-
-
-def work_note(work: CountedWork) -> str:
-    """What the work counters say of the compare, in one line."""
-    if work.why:
-        return f"work counters: {work.why}"
-    changed = [c for c in work.base if work.change(c)]
-    return (f"work counted for the {len(work.base)} cells whose kernel differs: {len(changed)} did other work"
-            + (f" ({', '.join(sorted({c.impl for c in changed}))})" if changed else ""))
 
 
 def with_work(report: GateReport, work: CountedWork) -> GateReport:
     """Every listed cell whose work was counted gets its exact change beside its kernel's
     ("3f2a -> 77c0: instructions +6.0%, dram_read_bytes +3.1%", or ": the same work")."""
-    if work.why or not work.base:
-        return report
+    def said(c: Change) -> Change:
+        moved = work.change_of(c.params)
+        return c if moved is None else replace(c, kernel=f"{c.kernel}: {moved or 'the same work'}")
 
-    def said(change: Change) -> Change:
-        params = dict(change.params)
-        try:
-            numel, shape = geometry(params)
-            cell = Cell(params["impl"], params["dtype"], numel, parse_shape(shape))
-        except (KeyError, ValueError):
-            return change
-        moved = work.change(cell)
-        return change if moved is None else replace(change, kernel=f"{change.kernel}: {moved or 'the same work'}")
-
-    lists = {f.name: [said(c) for c in getattr(report, f.name)] for f in fields(report)
-             if isinstance(getattr(report, f.name), list) and all(isinstance(c, Change) for c in getattr(report, f.name))}
-    return replace(report, **lists)
+    return replace(report, **{f.name: [said(c) for c in getattr(report, f.name)] for f in fields(report)
+                              if f.type in ("list[Change]", list[Change])})
 
 
 # --- the plan: which cells a compare holds (the trusted suites') -------------------------------------

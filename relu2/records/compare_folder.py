@@ -16,11 +16,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from relu2.host.files import atomic_write_text
 from relu2.records.work import counted_from_json, describe_change, report_json
 from relu2.vocab.errors import ResultsError, UsageError
+from relu2.vocab.schema import Cell, geometry, parse_shape
 
 FORMAT = 1
 COMPARE_FILE = "compare.json"
@@ -154,6 +155,23 @@ class CountedWork:
         """How the cell's work changed ("" the same), or None when it was not counted."""
         b, h = self.base.get(cell), self.head.get(cell)
         return describe_change(b, h) if b is not None and h is not None else None
+
+    def change_of(self, params: Iterable[tuple[str, str]]) -> str | None:
+        """``change`` of the cell a benchmark's parameters name (None: none, or not counted)."""
+        named = dict(params)
+        try:
+            numel, shape = geometry(named)
+            return self.change(Cell(named["impl"], named["dtype"], numel, parse_shape(shape)))
+        except (KeyError, ValueError):
+            return None
+
+    def note(self) -> str:
+        """What the work counters say of the compare, in one line."""
+        if self.why:
+            return f"work counters: {self.why}"
+        changed = sorted({c.impl for c in self.base if self.change(c)})
+        return (f"work counted for the {len(self.base)} cells whose kernel differs: "
+                f"{sum(1 for c in self.base if self.change(c))} did other work" + (f" ({', '.join(changed)})" if changed else ""))
 
 
 def write_work(folder: Path, why: str, base: Any = None, head: Any = None) -> None:
