@@ -236,7 +236,8 @@ def test_cache_is_plain_data_that_unpickles_without_torch(bench, tmp_path):
     code = ("import pickle, sys; c = pickle.load(open(sys.argv[1], 'rb')); "
             "assert 'torch' not in sys.modules and 'relu2' not in sys.modules; print(sorted(c))")
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['cells', 'device']"
+    assert out.stdout.strip() == "['cells', 'device', 'why_not']"
+    assert "not measured here" in cache["why_not"]  # on the CPU: the work counters are not read, and why
 
 
 def _wrong_entry_point(where: Path) -> Path:
