@@ -164,3 +164,97 @@ def test_a_compare_without_counters_says_why_once(tmp_path):
     write_work(folder, counters.unavailable("cpu"))
     notes = [n for n in gate_compare(folder).notes() if "work counters" in n]
     assert notes == ["work counters: not measured here: counters are read by Nsight Compute on CUDA, and this run is on cpu"]
+
+
+# --- the rule: a cell whose work changed is judged at its share of the budget among the changed ----------
+
+H200_COMPARES = ROOT / "docs" / "aa" / "compare-h200-2026-12-02"
+
+
+def _with_counted_work(tmp_path: Path, compare: Path, base: Path, head: Path) -> Path:
+    """A copy of a recorded H200 compare folder with a DIR/work.json of recorded H200 counts (both sides'
+    every Grid cell), as relu2 compare writes it when it counts."""
+    import shutil
+
+    from relu2.records.compare_folder import write_work
+
+    folder = tmp_path / compare.name
+    shutil.copytree(compare, folder)
+    write_work(folder, "", read_report(base), read_report(head))
+    return folder
+
+
+def _fused_grid(changes) -> dict[str, object]:
+    return {c.label: c for c in changes if dict(c.params).get("impl") == "fused" and ".Grid." in c.benchmark}
+
+
+def test_cells_whose_work_changed_are_judged_at_their_own_share_of_the_budget(tmp_path):
+    """The compare of the 5-blocks plant recorded on the H200 (box g), with the work counted for the same
+    patch on the H200: the 60 fused Grid cells judged (hot, cold) did other work, so each is judged at
+    1/60 of the budget instead of 1/244; every other cell is judged exactly as without counters."""
+    from relu2.judge.gate import gate_compare
+
+    recorded = H200_COMPARES / "h200-g-main_planted_slow_fused_5_blocks"
+    before = gate_compare(recorded)
+    after = gate_compare(_with_counted_work(tmp_path, recorded, DATA / "box-a" / "aa-1",
+                                            DATA / "box-a" / "slow-fused-5-blocks"))
+    assert (before.noise["work_changed"], after.noise["work_changed"], after.noise["gated"]) == (0, 60, 244)
+    assert any("60 of the 244 gated cells did other work" in n for n in after.notes())
+    was, now = _fused_grid(before.cells), _fused_grid(after.cells)
+    gated = [label for label, c in now.items() if c.threshold == c.threshold]
+    assert len(gated) == 60 and all(now[label].threshold < was[label].threshold for label in gated)
+    assert all("instructions +" in now[label].work for label in gated)
+    assert all(c.work == "" for c in after.cells if dict(c.params).get("impl") == "copy" and ".Grid." in c.benchmark)
+    same = lambda report: sorted((c.label, c.threshold) for c in report.cells  # noqa: E731
+                                 if c.label not in now and c.threshold == c.threshold)
+    assert same(after) == same(before)  # no other cell's bar moved
+    assert {c.label for c in before.regressions} <= {c.label for c in after.regressions}
+
+
+@pytest.mark.parametrize("aa", ["h200-g-main_main", "h200-j-main_main-3", "h200-l-main_main-3"])
+def test_an_aa_compare_with_its_work_counted_is_judged_exactly_as_without(tmp_path, aa):
+    """Unchanged code changes no counter (the A/A counts of two H200 boxes), so the lower bar meets no
+    cell: the verdict, every threshold and every flag are those of the same compare without counters
+    (j-3 and l-3 are the A/As the same-box model's held-out check flagged)."""
+    from relu2.judge.gate import gate_compare
+
+    recorded = H200_COMPARES / aa
+    before = gate_compare(recorded)
+    after = gate_compare(_with_counted_work(tmp_path, recorded, DATA / "box-a" / "aa-1", DATA / "box-b" / "aa-1"))
+    assert after.noise["work_changed"] == 0
+    assert [(c.label, c.threshold, c.moved) for c in after.cells] == [(c.label, c.threshold, c.moved) for c in before.cells]
+    assert [c.label for c in after.regressions] == [c.label for c in before.regressions]
+    assert after.exit_code == before.exit_code
+    assert all(c.work == "" for c in _fused_grid(after.cells).values())
+
+
+def test_the_history_gate_reads_changed_work_from_the_counters_both_commits_recorded():
+    """Across boxes the counters travel as figures (track_instructions, ...): a cell whose exact
+    counters differ is judged at the changed cells' share, one whose counters agree as before."""
+    from relu2.judge.rule import Rule, compare
+    from relu2.records.asv_names import Cell as AsvCell
+    from relu2.records.asv_results import Measurement
+
+    def m(impl: str, measure: str, value: float, commit: str) -> Measurement:
+        params = (("impl", impl), ("dtype", "bfloat16"), ("numel", "1048576"))
+        cell = AsvCell("bench_relu2.Grid", measure, params, impl, "bfloat16", "1048576")
+        return Measurement(cell, "box", "box", commit, 0, "ok", value, (value,), False, "", "1",
+                           "count" if measure in EXACT else "seconds")
+
+    def side(commit: str, fused_instructions: float) -> list[Measurement]:
+        out = []
+        for impl, instructions in (("fused", fused_instructions), ("triton", 100.0)):
+            out.append(m(impl, "hot", 1.0, commit))
+            out += [m(impl, name, instructions if name == "instructions" else 7.0, commit) for name in EXACT]
+        return out
+
+    seen = []
+    def rule_for(b: Measurement, gated: int) -> Rule:  # timings are gated, the counters are figures
+        seen.append((b.cell.impl, b.cell.measure, gated))
+        return Rule(b.cell.timing_mode is not None, 1.05, 0.0)
+
+    found = compare(side("a", 100.0), side("b", 106.0), rule_for)
+    assert found.gated == 2 and found.work_changed == 1
+    assert ("fused", "hot", 1) in seen and ("triton", "hot", 2) in seen
+    work = {c.label.split("impl=")[1].split(",")[0]: c.work for c in found.cells}
+    assert work == {"fused": "instructions +6.0%", "triton": ""}

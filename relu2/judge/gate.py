@@ -29,18 +29,18 @@ import math
 import os
 from dataclasses import dataclass, fields, replace
 from functools import partial
-from typing import Sequence
+from typing import Callable, Sequence
 
 from relu2.host.machine import is_cpu_machine
 from relu2.judge import noise
 from relu2.judge.noise import NoiseModel
 from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution
-from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Rule, check_versions, compare, confirm, family_of,
-                              spread)
+from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Findings, Rule, check_versions, compare, confirm,
+                              family_of, spread)
 from relu2.records import compare_folder
-from relu2.records.asv_names import SUMMARY
+from relu2.records.asv_names import SUMMARY, Cell
 from relu2.records.asv_results import Measurement, pick_machine, read_commit
-from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, CountedWork, shown
+from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, shown
 from relu2.records.confirmed import read_remeasurement
 from relu2.records.plan import Plan, read_plan
 from relu2.vocab.errors import ResultsError
@@ -151,10 +151,12 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
           floor_s: float | None = None, gate_launch: float | None = None, allow_missing: Sequence[str] = (),
           with_spread: bool = False, across_versions: bool = False, allow_failed_base: bool = False,
           confirmed: str | os.PathLike | None = None, noise_model: str | os.PathLike | None = None,
-          notes: Sequence[str] = (), plan: "Plan | None" = None, confirm_machine: str | None = None) -> GateReport:
+          notes: Sequence[str] = (), plan: "Plan | None" = None, confirm_machine: str | None = None,
+          work: Callable[[Cell], str | None] = lambda cell: None) -> GateReport:
     """The verdict on two read sides (both kinds of comparison): the checks, the rule, the report.
     ``plan``: every cell of it must be at both sides (else ``missing``); ``confirm_machine``: the
-    machine the re-measurement must name."""
+    machine the re-measurement must name; ``work``: how a cell's work changed, where it was counted
+    beside the sides (``relu2.judge.rule.compare``)."""
     if factor is not None and not factor >= 1.0:
         raise ResultsError(f"factor must be >= 1, got {factor}")
     if gate_launch is not None and not gate_launch >= 1.0:
@@ -178,7 +180,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     band = partial(noise.band_of_cell, l2_bytes=l2)
     found = compare(base.measurements, head.measurements, rule_for, allow_missing, band, paired=paired,
                     bounds=model.bound_map() if model else None,
-                    repick_bound=model.repick_bound if model else REPICK_BOUND)
+                    repick_bound=model.repick_bound if model else REPICK_BOUND, work=work)
     if found.base_cells and found.base_failures > FAILED_BASE_LIMIT * found.base_cells and not allow_failed_base:
         raise ResultsError(f"base {base.commit[:8]} on {base.machine}: {found.base_failures} of its "
                              f"{found.base_cells} cells failed, so it says nothing about head; gate against another "
@@ -186,7 +188,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     regressions, unconfirmed, confirmation, contradicted = found.regressions, [], "", False
     if confirmed is not None:
         regressions, unconfirmed, contradicted = _confirm(found.regressions, confirmed, base, head, rule_for,
-                                                          found.gated, paired, confirm_machine)
+                                                          found, paired, confirm_machine)
         confirmation = str(confirmed)
     missing, planned, planned_compared, plan_notes = [], None, 0, []
     if plan is not None:
@@ -198,7 +200,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     bounds = model.bound_map() if model else {}
     stack = [f"{mode} {b} {math.exp(v):.3f}x (a box moves at most {math.exp(bounds.get((mode, b), 0)):.3f}x)"
              for (mode, b), v in sorted(found.stack_moves.items())]
-    return GateReport(
+    return with_work(GateReport(
         base_machine=base.machine, head_machine=head.machine, base=base.commit, head=head.commit,
         compared=found.compared, regressions=regressions, flagged=found.regressions, unconfirmed=unconfirmed,
         confirmation=confirmation, contradicted=contradicted, missing=missing, planned=planned,
@@ -211,14 +213,25 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         paired=paired, overrides=overrides,
         noise={"model": model.name if model else None, "budget": noise.BUDGET,
                "gated": found.gated, "per_cell": model.per_cell(found.gated) if model and found.gated else None,
+               "work_changed": found.work_changed,
+               "per_changed_cell": model.per_cell(found.work_changed) if model and found.work_changed else None,
                "l2_bytes": l2},
         offsets={f"{mode} {b}": math.exp(v) for (mode, b), v in sorted(found.offsets.items())},
         stack_moves={f"{mode} {b}": math.exp(v) for (mode, b), v in sorted(found.stack_moves.items())},
-        notes_=[n for n in (*notes, *plan_notes, model_note if model_note != CPU_WHY else "",
+        notes_=[n for n in (*notes, *plan_notes, model_note if model_note != CPU_WHY else "", _work_note(found, model),
                             stack_differences(base.info, head.info),
                             ("the references (eager, copy) moved beyond what a box moves: " + ", ".join(stack)
                              + ": not taken out, every cell is judged as measured") if stack else "") if n],
-    )
+    ))
+
+
+def _work_note(found, model: NoiseModel | None) -> str:
+    """What the changed work did to the bar, in one line ("" when no gated cell's work changed)."""
+    if not found.work_changed:
+        return ""
+    share = (f": each judged at 1/{found.work_changed} of the budget, not 1/{found.gated}" if model else "")
+    return (f"{found.work_changed} of the {found.gated} gated cells did other work (their exact work counters "
+            f"differ){share} (unchanged code changes no counter, so no A/A meets this bar)")
 
 
 def _read_side(results_dir: str | os.PathLike, machine: str, ref: str, box: str | None = None) -> Side:
@@ -324,19 +337,18 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
     if b.commit == h.commit:
         note += "; base and head are one commit: an A/A"
     work = compare_folder.read_work(meta.path)
-    report = judge(b, h, paired=True, kind=noise.SAME_BOX, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
-                   allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
-                   allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model,
-                   notes=[note, work.note()], plan=planned, confirm_machine=meta.machine)
-    return with_work(report, work)
+    return judge(b, h, paired=True, kind=noise.SAME_BOX, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
+                 allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
+                 allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model,
+                 notes=[note, work.note()], plan=planned, confirm_machine=meta.machine,
+                 work=lambda cell: work.change_of(cell.params))
 
 
-def with_work(report: GateReport, work: CountedWork) -> GateReport:
+def with_work(report: GateReport) -> GateReport:
     """Every listed cell whose work was counted gets its exact change beside its kernel's
     ("3f2a -> 77c0: instructions +6.0%, dram_read_bytes +3.1%", or ": the same work")."""
     def said(c: Change) -> Change:
-        moved = work.change_of(c.params)
-        return c if moved is None else replace(c, kernel=f"{c.kernel}: {moved or 'the same work'}")
+        return c if c.work is None else replace(c, kernel=f"{c.kernel}: {c.work or 'the same work'}")
 
     return replace(report, **{f.name: [said(c) for c in getattr(report, f.name)] for f in fields(report)
                               if f.type in ("list[Change]", list[Change])})
@@ -376,7 +388,7 @@ def missing_cells(plan: Plan, base: Side, head: Side, allow_missing: Sequence[st
 
 
 def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: Side, rule_for,
-             gated: int, paired: bool = False, machine: str | None = None) -> tuple[list[Change], list[Change], bool]:
+             found: Findings, paired: bool = False, machine: str | None = None) -> tuple[list[Change], list[Change], bool]:
     """(failing, unconfirmed, contradicted) after a re-measurement, each flagged cell judged by the rule
     that flagged it; ResultsError when it is of other commits, or (``machine`` given) another machine."""
     again = read_remeasurement(path)
@@ -390,7 +402,8 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
 
     def rule_of(change: Change) -> Rule:
         m = by_key.get((change.benchmark, change.params))
-        return rule_for(m, max(1, gated)) if m else Rule(True, change.threshold, 0.0)
+        share = found.work_changed if change.work else found.gated  # the budget it was flagged at
+        return rule_for(m, max(1, share)) if m else Rule(True, change.threshold, 0.0)
 
     result = confirm(flagged, again, rule_of, paired)
     return result.confirmed + result.not_remeasured, result.unconfirmed, result.contradicted

@@ -21,6 +21,11 @@ simulated with it (``relu2.judge.noise.resolution``):
   base has no figure (failed or skipped there: ``unjudged``).
 * **Repicked**: the same generated code with another autotuned pick is reported, not failing, only
   for the implementations that autotune (``AUTOTUNED``) and only within ``REPICK_BOUND``.
+* **Work that changed** (``work_changes``): a cell whose exact work counters differ between base and
+  head (``relu2.vocab.schema.EXACT``: recorded as figures, or counted by a compare) ran other work; its
+  time is judged by the same rule at its share of the budget among the cells that changed, not among
+  every gated cell.  Unchanged code changes no counter, so a run of it has no such cell and is judged
+  exactly as without counters: the lower bar cannot raise the A/A false-alarm rate.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from relu2.records.asv_names import Cell
 from relu2.records.asv_results import Measurement
 from relu2.records.confirmed import Remeasurement
+from relu2.records.work import describe_counts
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import (BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, impl_order, only_repicked,
+from relu2.vocab.schema import (BASELINE, EXACT, FAILED, MODES, OK, ROOFLINE, SKIPPED, impl_order, only_repicked,
                                 quantile)
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
@@ -185,6 +191,7 @@ class Change:
     family: str = ""
     why: str = ""  # why it is listed where it is, when the list's title does not say
     moved: float = float("nan")  # the ratio the rule judged (paired: the rounds' median move), the box's move out
+    work: str | None = None  # how its work changed ("" the same work; None: not counted)
 
     @property
     def ratio(self) -> float:
@@ -198,7 +205,7 @@ class Change:
                 "base": _number_or_none(self.base), "head": _number_or_none(self.head),
                 "ratio": _number_or_none(self.ratio), "threshold": _number_or_none(self.threshold),
                 "moved": _number_or_none(self.moved), "kernel": self.kernel, "also": list(self.also),
-                "family": self.family, "why": self.why}
+                "family": self.family, "why": self.why, "work": self.work}
 
 
 def _positive(x: float | None) -> bool:
@@ -219,6 +226,7 @@ class Findings:
 
     compared: int = 0  # comparisons made: ok at both sides
     gated: int = 0  # of them, judged by a rule that can fail the gate
+    work_changed: int = 0  # of the gated, those whose work changed: judged at their own share of the budget
     regressions: list[Change] = field(default_factory=list)
     new_failures: list[Change] = field(default_factory=list)
     vanished: list[Change] = field(default_factory=list)  # ok at base; skipped or absent at head
@@ -282,14 +290,27 @@ def change_of(b: Measurement, h: Measurement | None) -> Change:
                   head=h.value if h is not None else float("nan"), also=b.also, family=family_of(b.cell.impl))
 
 
+def work_changes(pairs: Iterable[tuple[Measurement, Measurement]]) -> dict[tuple, str]:
+    """Per cell (``Cell.input``): how its work changed, from the exact work counters both sides
+    recorded as figures ("" the same work); a cell not counted at both sides in every exact counter is
+    absent (its work is not known)."""
+    counts: dict[tuple, tuple[dict[str, float], dict[str, float]]] = {}
+    for b, h in pairs:
+        if b.cell.measure in EXACT and _is_number(b.value) and _is_number(h.value):
+            at_base, at_head = counts.setdefault(b.cell.input, ({}, {}))
+            at_base[b.cell.measure], at_head[b.cell.measure] = float(b.value), float(h.value)
+    return {key: describe_counts(b, h) for key, (b, h) in counts.items() if len(b) == len(EXACT)}
+
+
 def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: Callable[[Measurement, int], Rule],
             allow_missing: Sequence[str] = (), band_of: Callable[[Cell], str] = lambda cell: "",
             paired: bool = False, bounds: Mapping[tuple[str, str], float] | None = None,
-            repick_bound: float = REPICK_BOUND) -> Findings:
+            repick_bound: float = REPICK_BOUND, work: Callable[[Cell], str | None] = lambda cell: None) -> Findings:
     """Sort two commits' measurements into regressions, new failures, vanished, unjudged, not gated,
     improvements, repicked.  ``rule_for(base measurement, gated)`` is a cell's rule in a comparison
     of ``gated`` gated cells; ``bounds`` how far a box moves per (mode, band) (a log; None: any move
-    is a box's)."""
+    is a box's); ``work(cell)`` how a cell's work changed ("" the same, None: not known), where the
+    comparison counted it (a compare's DIR/work.json), else the counters the sides recorded say."""
     out = Findings()
     comparable: list[tuple[Measurement, Measurement, Change]] = []
     allowed = lambda change: any(fnmatch.fnmatchcase(change.label.split(" -> ")[0], p) for p in allow_missing)  # noqa: E731
@@ -312,8 +333,12 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
         else:
             comparable.append((b, h, change))
     out.compared = len(comparable)
+    recorded = work_changes((b, h) for b, h, _ in comparable)
+    work_of = {id(b): w if (w := work(b.cell)) is not None else recorded.get(b.cell.input) for b, _, _ in comparable}
     rules = {id(b): rule_for(b, 0) for b, _, _ in comparable}
     out.gated = sum(1 for b, _, _ in comparable if rules[id(b)].gated)
+    out.work_changed = sum(1 for b, _, _ in comparable
+                           if rules[id(b)].gated and b.cell.timing_mode is not None and work_of[id(b)])
     moves = reference_moves(((b, h) for b, h, _ in comparable), band_of, paired,
                             bands=sorted({band_of(b.cell) for b, _, _ in comparable}))
     for key, moved in moves.items():
@@ -328,7 +353,7 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
             if b.unit == "bytes" and h.value > b.value * PEAK_MEMORY_RATIO:
                 out.regressions.append(replace(change, threshold=PEAK_MEMORY_RATIO))
             continue
-        rule = rule_for(b, out.gated)
+        rule = rule_for(b, out.work_changed if work_of[id(b)] else out.gated)
         offset = out.offsets.get((cell.timing_mode, band_of(cell)), 0.0)
         fb, fh = Figure.of(b), Figure.of(h)
         verdict = verdict_of(fb, fh, rule, paired, offset)
@@ -337,7 +362,8 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
         kernel = "" if not kb or not kh else "same" if kb == kh else f"{kb} -> {kh}"
         width = 0.0 if paired else fb.width
         found = replace(change, threshold=rule.needed(width) * math.exp(offset) if rule.gated else math.nan,
-                        kernel=kernel, why=rule.why, moved=math.exp(move(fb, fh, paired) - offset))
+                        kernel=kernel, why=rule.why, moved=math.exp(move(fb, fh, paired) - offset),
+                        work=work_of[id(b)])
         out.cells.append(found)
         if not (slower or faster):
             continue

@@ -91,11 +91,19 @@ def describe_change(base: Work, head: Work) -> str:
     elif [k.registers for k in base.kernels] != [k.registers for k in head.kernels]:
         parts.append("registers " + ",".join(str(k.registers) for k in base.kernels) + " -> "
                      + ",".join(str(k.registers) for k in head.kernels))
+    names = [c.name for c in COUNTERS if c.exact or c.name == "dram_read_bytes"]
+    moved = describe_counts({n: base.total(n) for n in names}, {n: head.total(n) for n in names})
+    return ", ".join(parts + ([moved] if moved else []))
+
+
+def describe_counts(base: Mapping[str, float], head: Mapping[str, float]) -> str:
+    """Each counter both sides counted that moved, in COUNTERS' order ("instructions +6.0%, global_loads
+    +5.0%"); "" when none moved.  A counter either side lacks (NaN, absent) is not said."""
+    parts = []
     for c in COUNTERS:
-        if c.exact or c.name == "dram_read_bytes":
-            a, b = base.total(c.name), head.total(c.name)
-            if a != b and not (math.isnan(a) or math.isnan(b)):
-                parts.append(f"{c.name} {_relative(a, b)}")
+        a, b = base.get(c.name, math.nan), head.get(c.name, math.nan)
+        if a != b and not (math.isnan(a) or math.isnan(b)):
+            parts.append(f"{c.name} {_relative(a, b)}")
     return ", ".join(parts)
 
 
