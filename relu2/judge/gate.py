@@ -163,7 +163,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         raise ResultsError(f"--gate-launch must be >= 1, got {gate_launch}")
     if floor_s is not None and not floor_s >= 0:
         raise ResultsError(f"floor must be >= 0, got {floor_s}")
-    gpu = str(head.info.get("gpu", ""))
+    gpu, b_gpu = str(head.info.get("gpu", "")), str(base.info.get("gpu", ""))
     cpu = is_cpu_machine(base.info) and is_cpu_machine(head.info)
     model, model_note = pick_model(gpu, kind, noise_model, factor, cpu)
     if model is not None and noise.is_gpu(gpu):  # the bands are the model's GPU's: a folder does not move them
@@ -180,7 +180,8 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     band = partial(noise.band_of_cell, l2_bytes=l2)
     found = compare(base.measurements, head.measurements, rule_for, allow_missing, band, paired=paired,
                     bounds=model.bound_map() if model else None,
-                    repick_bound=model.repick_bound if model else REPICK_BOUND, work=work)
+                    repick_bound=model.repick_bound if model else REPICK_BOUND, work=work,
+                    count_work=b_gpu == gpu and not stack_differences(base.info, head.info))
     if found.base_cells and found.base_failures > FAILED_BASE_LIMIT * found.base_cells and not allow_failed_base:
         raise ResultsError(f"base {base.commit[:8]} on {base.machine}: {found.base_failures} of its "
                              f"{found.base_cells} cells failed, so it says nothing about head; gate against another "
@@ -188,7 +189,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     regressions, unconfirmed, confirmation, contradicted = found.regressions, [], "", False
     if confirmed is not None:
         regressions, unconfirmed, contradicted = _confirm(found.regressions, confirmed, base, head, rule_for,
-                                                          found, paired, confirm_machine)
+                                                          (found.gated, found.work_changed), paired, confirm_machine)
         confirmation = str(confirmed)
     missing, planned, planned_compared, plan_notes = [], None, 0, []
     if plan is not None:
@@ -225,13 +226,14 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     ))
 
 
-def _work_note(found, model: NoiseModel | None) -> str:
+def _work_note(found: Findings, model: NoiseModel | None) -> str:
     """What the changed work did to the bar, in one line ("" when no gated cell's work changed)."""
     if not found.work_changed:
         return ""
     share = (f": each judged at 1/{found.work_changed} of the budget, not 1/{found.gated}" if model else "")
-    return (f"{found.work_changed} of the {found.gated} gated cells did other work (their exact work counters "
-            f"differ){share} (unchanged code changes no counter, so no A/A meets this bar)")
+    return (f"{found.work_changed} of the {found.gated} gated cells did other work (their exact work "
+            f"differs){share} (unchanged code on one software stack changes no counter, so no A/A meets "
+            "this bar)")
 
 
 def _read_side(results_dir: str | os.PathLike, machine: str, ref: str, box: str | None = None) -> Side:
@@ -341,14 +343,17 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
                  allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
                  allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model,
                  notes=[note, work.note()], plan=planned, confirm_machine=meta.machine,
-                 work=lambda cell: work.change_of(cell.params))
+                 work=lambda cell: work.change_at(cell.impl, cell.dtype, cell.shape))
 
 
 def with_work(report: GateReport) -> GateReport:
     """Every listed cell whose work was counted gets its exact change beside its kernel's
     ("3f2a -> 77c0: instructions +6.0%, dram_read_bytes +3.1%", or ": the same work")."""
     def said(c: Change) -> Change:
-        return c if c.work is None else replace(c, kernel=f"{c.kernel}: {c.work or 'the same work'}")
+        if c.work is None or (not c.work and c.kernel in ("", "same")):
+            return c  # not counted, or nothing changed that needs saying
+        text = c.work or "the same work"
+        return replace(c, kernel=f"{c.kernel}: {text}" if c.kernel else text)
 
     return replace(report, **{f.name: [said(c) for c in getattr(report, f.name)] for f in fields(report)
                               if f.type in ("list[Change]", list[Change])})
@@ -388,9 +393,11 @@ def missing_cells(plan: Plan, base: Side, head: Side, allow_missing: Sequence[st
 
 
 def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: Side, rule_for,
-             found: Findings, paired: bool = False, machine: str | None = None) -> tuple[list[Change], list[Change], bool]:
+             shares: tuple[int, int], paired: bool = False, machine: str | None = None
+             ) -> tuple[list[Change], list[Change], bool]:
     """(failing, unconfirmed, contradicted) after a re-measurement, each flagged cell judged by the rule
-    that flagged it; ResultsError when it is of other commits, or (``machine`` given) another machine."""
+    that flagged it (``shares``: the gated cells, and those whose work changed); ResultsError when it
+    is of other commits, or (``machine`` given) another machine."""
     again = read_remeasurement(path)
     if (again.base, again.head) != (base.commit, head.commit):
         raise ResultsError(f"{path}: a re-measurement of {again.base[:8]} -> {again.head[:8]}, not of "
@@ -402,7 +409,7 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
 
     def rule_of(change: Change) -> Rule:
         m = by_key.get((change.benchmark, change.params))
-        share = found.work_changed if change.work else found.gated  # the budget it was flagged at
+        share = shares[1] if change.work else shares[0]  # the share of the budget it was flagged at
         return rule_for(m, max(1, share)) if m else Rule(True, change.threshold, 0.0)
 
     result = confirm(flagged, again, rule_of, paired)

@@ -21,11 +21,14 @@ simulated with it (``relu2.judge.noise.resolution``):
   base has no figure (failed or skipped there: ``unjudged``).
 * **Repicked**: the same generated code with another autotuned pick is reported, not failing, only
   for the implementations that autotune (``AUTOTUNED``) and only within ``REPICK_BOUND``.
-* **Work that changed** (``work_changes``): a cell whose exact work counters differ between base and
-  head (``relu2.vocab.schema.EXACT``: recorded as figures, or counted by a compare) ran other work; its
-  time is judged by the same rule at its share of the budget among the cells that changed, not among
-  every gated cell.  Unchanged code changes no counter, so a run of it has no such cell and is judged
-  exactly as without counters: the lower bar cannot raise the A/A false-alarm rate.
+* **Work that changed** (``work_changes``): a cell whose exact work differs between base and head
+  (a compare's count: its launches and exact counters; the history's: the exact counters both commits
+  recorded as figures, ``relu2.vocab.schema.EXACT``) ran other work; its time is judged by the same
+  rule at its share of the budget among the cells that changed, not among every gated cell.
+  Unchanged code on one GPU model and software stack changes no counter, so a run of it has no such
+  cell and is judged exactly as without counters: the lower bar cannot raise the A/A false-alarm
+  rate.  Another autotuned pick of the same code is not other work (it changes the counters with no
+  change of code), and where the sides ran other software the counters are not read at all.
 """
 
 from __future__ import annotations
@@ -305,12 +308,14 @@ def work_changes(pairs: Iterable[tuple[Measurement, Measurement]]) -> dict[tuple
 def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: Callable[[Measurement, int], Rule],
             allow_missing: Sequence[str] = (), band_of: Callable[[Cell], str] = lambda cell: "",
             paired: bool = False, bounds: Mapping[tuple[str, str], float] | None = None,
-            repick_bound: float = REPICK_BOUND, work: Callable[[Cell], str | None] = lambda cell: None) -> Findings:
+            repick_bound: float = REPICK_BOUND, work: Callable[[Cell], str | None] = lambda cell: None,
+            count_work: bool = True) -> Findings:
     """Sort two commits' measurements into regressions, new failures, vanished, unjudged, not gated,
     improvements, repicked.  ``rule_for(base measurement, gated)`` is a cell's rule in a comparison
     of ``gated`` gated cells; ``bounds`` how far a box moves per (mode, band) (a log; None: any move
     is a box's); ``work(cell)`` how a cell's work changed ("" the same, None: not known), where the
-    comparison counted it (a compare's DIR/work.json), else the counters the sides recorded say."""
+    comparison counted it (a compare's DIR/work.json), else the counters the sides recorded say;
+    ``count_work`` False: no cell's work is known (the sides ran other software)."""
     out = Findings()
     comparable: list[tuple[Measurement, Measurement, Change]] = []
     allowed = lambda change: any(fnmatch.fnmatchcase(change.label.split(" -> ")[0], p) for p in allow_missing)  # noqa: E731
@@ -334,11 +339,18 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
             comparable.append((b, h, change))
     out.compared = len(comparable)
     recorded = work_changes((b, h) for b, h, _ in comparable)
-    work_of = {id(b): w if (w := work(b.cell)) is not None else recorded.get(b.cell.input) for b, _, _ in comparable}
+
+    def work_of(b: Measurement, h: Measurement) -> str | None:
+        if not count_work or (b.fingerprint and h.fingerprint and only_repicked(b.fingerprint, h.fingerprint)):
+            return None
+        counted = work(b.cell)
+        return counted if counted is not None else recorded.get(b.cell.input)
+
+    works = {id(b): work_of(b, h) for b, h, _ in comparable}
     rules = {id(b): rule_for(b, 0) for b, _, _ in comparable}
     out.gated = sum(1 for b, _, _ in comparable if rules[id(b)].gated)
     out.work_changed = sum(1 for b, _, _ in comparable
-                           if rules[id(b)].gated and b.cell.timing_mode is not None and work_of[id(b)])
+                           if rules[id(b)].gated and b.cell.timing_mode is not None and works[id(b)])
     moves = reference_moves(((b, h) for b, h, _ in comparable), band_of, paired,
                             bands=sorted({band_of(b.cell) for b, _, _ in comparable}))
     for key, moved in moves.items():
@@ -353,7 +365,7 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
             if b.unit == "bytes" and h.value > b.value * PEAK_MEMORY_RATIO:
                 out.regressions.append(replace(change, threshold=PEAK_MEMORY_RATIO))
             continue
-        rule = rule_for(b, out.work_changed if work_of[id(b)] else out.gated)
+        rule = rule_for(b, out.work_changed if works[id(b)] else out.gated)
         offset = out.offsets.get((cell.timing_mode, band_of(cell)), 0.0)
         fb, fh = Figure.of(b), Figure.of(h)
         verdict = verdict_of(fb, fh, rule, paired, offset)
@@ -363,7 +375,7 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
         width = 0.0 if paired else fb.width
         found = replace(change, threshold=rule.needed(width) * math.exp(offset) if rule.gated else math.nan,
                         kernel=kernel, why=rule.why, moved=math.exp(move(fb, fh, paired) - offset),
-                        work=work_of[id(b)])
+                        work=works[id(b)])
         out.cells.append(found)
         if not (slower or faster):
             continue

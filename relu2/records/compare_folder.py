@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from relu2.host.files import atomic_write_text
 from relu2.records.work import counted_from_json, describe_change, report_json
 from relu2.vocab.errors import ResultsError, UsageError
-from relu2.vocab.schema import Cell, geometry, parse_shape
+from relu2.vocab.schema import Cell, parse_shape
 
 FORMAT = 1
 COMPARE_FILE = "compare.json"
@@ -156,14 +157,14 @@ class CountedWork:
         b, h = self.base.get(cell), self.head.get(cell)
         return describe_change(b, h) if b is not None and h is not None else None
 
-    def change_of(self, params: Iterable[tuple[str, str]]) -> str | None:
-        """``change`` of the cell a benchmark's parameters name (None: none, or not counted)."""
-        named = dict(params)
+    def change_at(self, impl: str, dtype: str, shape: str) -> str | None:
+        """``change`` of the cell of a decoded benchmark result (its dtype the suite's where the
+        benchmark names none: ``relu2.records.asv_names.Cell``); None: not counted."""
         try:
-            numel, shape = geometry(named)
-            return self.change(Cell(named["impl"], named["dtype"], numel, parse_shape(shape)))
-        except (KeyError, ValueError):
+            dims = parse_shape(shape)
+        except ValueError:  # a benchmark of no size (a summary): no one cell's work
             return None
+        return self.change(Cell(impl, dtype, math.prod(dims), dims))
 
     def note(self) -> str:
         """What the work counters say of the compare, in one line."""

@@ -93,7 +93,8 @@ def describe_change(base: Work, head: Work) -> str:
                      + ",".join(str(k.registers) for k in head.kernels))
     names = [c.name for c in COUNTERS if c.exact or c.name == "dram_read_bytes"]
     moved = describe_counts({n: base.total(n) for n in names}, {n: head.total(n) for n in names})
-    return ", ".join(parts + ([moved] if moved else []))
+    # Other work is never said as "": the counts may move between kernels and keep their totals.
+    return ", ".join(parts + ([moved] if moved else [])) or "the same totals, counted in other kernels"
 
 
 def describe_counts(base: Mapping[str, float], head: Mapping[str, float]) -> str:
