@@ -24,7 +24,8 @@ from pathlib import Path
 
 from relu2.judge import noise
 from relu2.records.asv_names import decode
-from relu2.judge.gate import compare_sides, gate_compare, read_compare
+from relu2.judge.gate import compare_sides, gate_compare
+from relu2.records.compare_folder import read_compare
 from relu2.judge.learn import noise_learn
 from relu2.judge.rule import GATED_MODES
 

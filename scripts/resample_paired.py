@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from relu2.runs.bisect import paired_move  # noqa: E402
-from relu2.judge.gate import compare_sides, read_compare  # noqa: E402
+from relu2.judge.gate import compare_sides  # noqa: E402
+from relu2.records.compare_folder import read_compare  # noqa: E402
 
 TIMED = ("hot", "cold")
 

@@ -273,11 +273,6 @@ def gate(
 # --- the compare layout (relu2 compare) -----------------------------------------------------------
 
 
-def read_compare(folder: str | os.PathLike) -> CompareFolder:
-    """The compare folder's compare.json, checked (``relu2.records.compare_folder``); ResultsError when not."""
-    return compare_folder.read_compare(folder)
-
-
 def compare_sides(folder: CompareFolder) -> tuple[Side, Side]:
     """The two sides of a compare folder, each of its box."""
     sides = []
@@ -328,7 +323,7 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
     the compare's machine).  Refused unless both sides and compare.json name one GPU, that GPU is
     ``expect_gpu`` (given), and, with ``plan`` (a folder holding the trusted bench_relu2.py), the
     compare measured the whole plan: then a planned cell absent from either side fails (missing)."""
-    meta = read_compare(folder)
+    meta = compare_folder.read_compare(folder)
     b, h = compare_sides(meta)
     check_gpu(meta, b, h, expect_gpu)
     planned = None

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from relu2.judge import noise
-from relu2.judge.gate import compare_sides, read_compare
+from relu2.judge.gate import compare_sides
+from relu2.records.compare_folder import read_compare
 from relu2.judge.noise import NoiseModel
 from relu2.judge.rule import Figure, Rule, is_slower
 from relu2.records.asv_results import box_of, machines

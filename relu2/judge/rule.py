@@ -21,14 +21,10 @@ simulated with it (``relu2.judge.noise.resolution``):
   base has no figure (failed or skipped there: ``unjudged``).
 * **Repicked**: the same generated code with another autotuned pick is reported, not failing, only
   for the implementations that autotune (``AUTOTUNED``) and only within ``REPICK_BOUND``.
-* **Work that changed** (``work_changes``): a cell whose exact work differs between base and head
-  (a compare's count: its launches and exact counters; the history's: the exact counters both commits
-  recorded as figures, ``relu2.vocab.schema.EXACT``) ran other work; its time is judged by the same
-  rule at its share of the budget among the cells that changed, not among every gated cell.
-  Unchanged code on one GPU model and software stack changes no counter, so a run of it has no such
-  cell and is judged exactly as without counters: the lower bar cannot raise the A/A false-alarm
-  rate.  Another autotuned pick of the same code is not other work (it changes the counters with no
-  change of code), and where the sides ran other software the counters are not read at all.
+* **Work that changed**: a cell whose exact work differs (a compare's count, else the counters both
+  commits recorded: ``relu2.records.work.work_changes``) is judged at its share of the budget among
+  the cells that changed.  Unchanged code changes no counter, so an A/A is judged as without them;
+  an autotuned repick, or sides of other software, are not other work (docs/methodology.md).
 """
 
 from __future__ import annotations
@@ -41,9 +37,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from relu2.records.asv_names import Cell
 from relu2.records.asv_results import Measurement
 from relu2.records.confirmed import Remeasurement
-from relu2.records.work import describe_counts
+from relu2.records.work import work_changes
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import (BASELINE, EXACT, FAILED, MODES, OK, ROOFLINE, SKIPPED, impl_order, only_repicked,
+from relu2.vocab.schema import (BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, impl_order, only_repicked,
                                 quantile)
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
@@ -291,18 +287,6 @@ def change_of(b: Measurement, h: Measurement | None) -> Change:
     label = b.label() if h is None or h.params == b.params else f"{b.label()} -> {h.label()}"
     return Change(label=label, benchmark=b.benchmark, params=b.params, unit=b.unit, base=b.value,
                   head=h.value if h is not None else float("nan"), also=b.also, family=family_of(b.cell.impl))
-
-
-def work_changes(pairs: Iterable[tuple[Measurement, Measurement]]) -> dict[tuple, str]:
-    """Per cell (``Cell.input``): how its work changed, from the exact work counters both sides
-    recorded as figures ("" the same work); a cell not counted at both sides in every exact counter is
-    absent (its work is not known)."""
-    counts: dict[tuple, tuple[dict[str, float], dict[str, float]]] = {}
-    for b, h in pairs:
-        if b.cell.measure in EXACT and _is_number(b.value) and _is_number(h.value):
-            at_base, at_head = counts.setdefault(b.cell.input, ({}, {}))
-            at_base[b.cell.measure], at_head[b.cell.measure] = float(b.value), float(h.value)
-    return {key: describe_counts(b, h) for key, (b, h) in counts.items() if len(b) == len(EXACT)}
 
 
 def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: Callable[[Measurement, int], Rule],

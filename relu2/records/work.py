@@ -15,8 +15,9 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+from relu2.records.asv_results import Measurement
 from relu2.vocab.schema import COUNTERS, EXACT, FAILED, Cell
 
 # --- the vocabulary ---------------------------------------------------------------------------------
@@ -112,6 +113,22 @@ def _relative(a: float, b: float) -> str:
     if a == 0:
         return f"{a:g} -> {b:g}"
     return f"{(b / a - 1) * 100:+.1f}%"
+
+
+def work_changes(pairs: Iterable[tuple[Measurement, Measurement]]) -> dict[tuple, str]:
+    """Per cell (``relu2.records.asv_names.Cell.input``): how its work changed, from the exact counters
+    two sides recorded as figures; "" the same work; a cell either side did
+    not count in every exact counter is absent (its work is not known)."""
+    counts: dict[tuple, tuple[dict[str, float], dict[str, float]]] = {}
+    for b, h in pairs:
+        if b.cell.measure in EXACT and _counted(b.value) and _counted(h.value):
+            at_base, at_head = counts.setdefault(b.cell.input, ({}, {}))
+            at_base[b.cell.measure], at_head[b.cell.measure] = float(b.value), float(h.value)
+    return {key: describe_counts(b, h) for key, (b, h) in counts.items() if len(b) == len(EXACT)}
+
+
+def _counted(x: float | None) -> bool:
+    return x is not None and not math.isnan(x)
 
 
 # --- reading ncu's CSV ----------------------------------------------------------------------------
