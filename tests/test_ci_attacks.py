@@ -208,12 +208,10 @@ def _slower(folder: Path, impl: str, factor: float, dtypes=None, sizes=None) -> 
     path = _side_file(folder, "head")
     params = json.loads((folder / "head" / "benchmarks.json").read_text())[GRID[0]]["params"]
     commit = json.loads(path.read_text())["commit_hash"]
-    for benchmark in GRID:
-        for dtype, numel in itertools.product(params[1], params[2]):
-            if (dtypes and eval(dtype) not in dtypes) or (sizes and int(numel) not in sizes):
-                continue
-            fx.edit_cell(folder / "head", commit, benchmark, {"impl": impl, "dtype": eval(dtype), "numel": int(numel)},
-                         scale=factor, machine=path.parent.name)
+    cells = [(benchmark, {"impl": impl, "dtype": eval(dtype), "numel": int(numel)})
+             for benchmark in GRID for dtype, numel in itertools.product(params[1], params[2])
+             if not (dtypes and eval(dtype) not in dtypes) and not (sizes and int(numel) not in sizes)]
+    fx.edit_cells(folder / "head", commit, cells, scale=factor, machine=path.parent.name)
 
 
 def _judge_step(runner_temp: Path, base: str = BASE, head: str = HEAD, check: bool = True):
