@@ -37,7 +37,7 @@ from relu2.records.rows import flag_outliers, read_csv
 from relu2.runs import asv_run, bisect, compare, confirm, sweep_job
 from relu2.runs.confirm import parse_target
 from relu2.show import publish
-from relu2.show.inspect import explain, format_explanation
+from relu2.show.inspect import counted_work, explain, format_explanation
 from relu2.show.table import format_matrix
 from relu2.vocab import schema
 from relu2.vocab.errors import Refused, UsageError, WriteError
@@ -491,8 +491,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return _fail("inspect", f"unknown implementation {args.impl!r}; known: {', '.join(registry.names())}")
     device = machine.resolve_device(args.device)
 
-    check_fits([schema.Cell(args.impl, args.dtype, math.prod(args.shape), tuple(args.shape))], device)
+    cell = schema.Cell(args.impl, args.dtype, math.prod(args.shape), tuple(args.shape))
+    check_fits([cell], device)
     print(format_explanation(explain(args.impl, args.dtype, args.shape, device), show_source=not args.no_source))
+    print(counted_work(cell, device))
     return 0
 
 
@@ -906,12 +908,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("asv_args", nargs=argparse.REMAINDER, metavar="ASV_ARGS", help="asv's command and options")
     p.set_defaults(func=cmd_asv)
 
-    p = sub.add_parser("inspect", help="what actually ran for one cell: generated code, launch config, load widths",
+    p = sub.add_parser("inspect", help="what actually ran for one cell: generated code, launch config, load widths, work counters",
                        description="Run IMPL once on a fresh input of --shape and --dtype, after the warm-up a "
                        "measurement gives it, and show what ran: the fingerprint results record, the kernels one "
                        "call launches (CUDA), the code inductor generated for the graph dynamo picks (Triton on "
                        "CUDA, C++ on the CPU) with its launch configuration, and the width of every global load "
-                       "and store, read from the PTX (Triton) or the SASS (the fused extension, via cuobjdump).")
+                       "and store, read from the PTX (Triton) or the SASS (the fused extension, via cuobjdump); "
+                       "then the work one call did, as Nsight Compute counts it in a child under ncu (each "
+                       "kernel's launch and exact counters), or why it is not counted here.")
     p.add_argument("impl", metavar="IMPL", help="an implementation (relu2 info lists them)")
     p.add_argument("--shape", type=_shape, required=True, help="the input's shape, e.g. 19418x13824 or 4096")
     p.add_argument("--dtype", choices=schema.DTYPES, default="bfloat16", help="default: bfloat16")

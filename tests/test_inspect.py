@@ -101,3 +101,29 @@ def test_inspect_takes_a_measurements_own_steps(monkeypatch):
     assert calls[1][1] == "eager float32 4x1024" and "relu2-inspect-" in calls[1][2]
     assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before  # restored after
     assert result.agreement.startswith("ok") and result.fingerprint == ""
+
+
+def test_the_work_of_a_call_is_each_kernel_s_launch_and_exact_counters():
+    """What inspect prints of a call's work, from the counts recorded on the H200 (docs/aa)."""
+    from pathlib import Path
+
+    from relu2.records.work import read_report
+    from relu2.show.inspect import format_work
+    from relu2.vocab.schema import Cell
+
+    recorded = read_report(Path(__file__).resolve().parents[1] / "docs/aa/counters-h200-2026-12-03/box-a/smoke")
+    text = format_work(recorded.work(Cell("eager", "bfloat16", 1024, (1024,))))
+    assert text.startswith("work counters (Nsight Compute, one call, exact): 2 kernel(s)")  # clamp, then pow
+    fused = format_work(recorded.work(Cell("fused", "bfloat16", 1024, (1024,))))
+    assert "relu2_kernel<__nv_bfloat16, 8>  grid (1, 1, 1)" in fused and "instructions 336, global_loads 4" in fused
+
+
+def test_without_cuda_inspect_says_why_the_work_is_not_counted(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("there is a GPU here")
+    from relu2.show.inspect import counted_work
+    from relu2.vocab.schema import Cell
+
+    assert counted_work(Cell("eager", "float32", 1024, (1024,)), "cpu").startswith("work counters: not measured here:")

@@ -9,7 +9,9 @@ gets (``Implementation.prepare``):
   CUDA, C++ on the CPU) and its launch configuration;
 * the width of every global load and store, counted in the PTX of the Triton kernels and in the
   SASS of the fused extension (``ld.global.v4.b32`` is a 128-bit vector; ``ld.global.b16`` a 16-bit
-  scalar), which is what separates a kernel at the copy roofline from one at a fraction of it.
+  scalar), which is what separates a kernel at the copy roofline from one at a fraction of it;
+* the work one call did, as Nsight Compute counts it (``relu2.measure.counters``, in a child under
+  ncu): each kernel's launch and exact counters, or why they are not counted here.
 
 Everything compiled here goes to private, empty caches (``relu2.measure.isolation.private_caches``, as in a
 measurement's worker), so the PTX found in them is exactly what this process compiled; the warm-up,
@@ -27,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from relu2.measure import isolation
+from relu2.measure import counters, isolation
+from relu2.records.work import Work
 from relu2.vocab.errors import UsageError
-from relu2.vocab.schema import Cell, format_shape
+from relu2.vocab.schema import EXACT, Cell, format_shape
 
 # ld.global.v4.b32, st.global.b16, ld.global.nc.L1::evict_last.v2.u32 ...
 _PTX_ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[A-Za-z0-9_:]+)+)")
@@ -250,9 +253,34 @@ def format_explanation(e: Explanation, show_source: bool = True) -> str:
     return "\n".join(lines)
 
 
+def counted_work(cell: Cell, device: str) -> str:
+    """The work of one call of ``cell`` as ``format_work`` says it, counted under ncu, or why not here."""
+    why = counters.unavailable(device)
+    if why:
+        return f"work counters: {why}"
+    try:
+        counted = counters.count([cell])
+    except RuntimeError as e:
+        return f"work counters: not counted: {e}"
+    work = counted.work(cell)
+    if work is None:
+        return f"work counters: not counted: {(counted.failed.get(cell) or '?').splitlines()[0]}"
+    return format_work(work)
+
+
+def format_work(work: Work) -> str:
+    """Each kernel one call launched, its launch and exact counters (identical in every A/A: any
+    difference between two commits is other work; docs/methodology.md, "Work counters")."""
+    lines = [f"work counters (Nsight Compute, one call, exact): {len(work.kernels)} kernel(s)"]
+    for k in work.kernels:
+        lines.append(f"  {_short(k.name.split('(')[0], 70)}  grid {k.grid} block {k.block}, {k.registers} registers")
+        lines.append("    " + ", ".join(f"{name} {k.counts.get(name, math.nan):,.0f}" for name in EXACT))
+    return "\n".join(lines)
+
+
 def _short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[:width] + "..."
 
 
-__all__: Iterable[str] = ("Access", "Explanation", "Kernel", "explain", "format_explanation", "ptx_accesses",
-                          "sass_accesses", "wrapper_kernels")
+__all__: Iterable[str] = ("Access", "Explanation", "Kernel", "counted_work", "explain", "format_explanation",
+                          "format_work", "ptx_accesses", "sass_accesses", "wrapper_kernels")
