@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -264,7 +265,10 @@ def test_confirm_measures_base_and_head_again_in_fresh_processes(tmp_path):
         assert len(cell["base_rounds"]) == len(cell["head_rounds"]) == 3  # a figure per round and side
     ratio = {impl: (sorted(c["head_rounds"])[0] / sorted(c["base_rounds"])[-1]) for impl, c in by_impl.items()}
     assert ratio["fused"] > 5, report
-    assert 0.2 < by_impl["eager"]["head_rounds"][0] / by_impl["eager"]["base_rounds"][0] < 5, report
+    # eager, untouched, is judged by its rounds' medians: one round of a loaded 2-core box took 1000x
+    # another (a 12 ms round beside 12 µs ones, two busy processes beside the test)
+    eager = by_impl["eager"]
+    assert 0.2 < statistics.median(eager["head_rounds"]) / statistics.median(eager["base_rounds"]) < 5, report
     assert git(project, "worktree", "list").count("\n") == 0  # the worktrees are gone
 
 
