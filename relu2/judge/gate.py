@@ -27,14 +27,14 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Callable, Sequence
 
 from relu2.host.machine import is_cpu_machine
 from relu2.judge import noise
 from relu2.judge.noise import NoiseModel
-from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution
+from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, change_lists
 from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Findings, Rule, check_versions, compare, confirm,
                               family_of, spread)
 from relu2.records import compare_folder
@@ -157,12 +157,9 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     ``plan``: every cell of it must be at both sides (else ``missing``); ``confirm_machine``: the
     machine the re-measurement must name; ``work``: how a cell's work changed, where it was counted
     beside the sides (``relu2.judge.rule.compare``)."""
-    if factor is not None and not factor >= 1.0:
-        raise ResultsError(f"factor must be >= 1, got {factor}")
-    if gate_launch is not None and not gate_launch >= 1.0:
-        raise ResultsError(f"--gate-launch must be >= 1, got {gate_launch}")
-    if floor_s is not None and not floor_s >= 0:
-        raise ResultsError(f"floor must be >= 0, got {floor_s}")
+    for name, value, least in (("factor", factor, 1), ("--gate-launch", gate_launch, 1), ("floor", floor_s, 0)):
+        if value is not None and not value >= least:
+            raise ResultsError(f"{name} must be >= {least}, got {value}")
     gpu, b_gpu = str(head.info.get("gpu", "")), str(base.info.get("gpu", ""))
     cpu = is_cpu_machine(base.info) and is_cpu_machine(head.info)
     model, model_note = pick_model(gpu, kind, noise_model, factor, cpu)
@@ -236,10 +233,6 @@ def _work_note(found: Findings, model: NoiseModel | None) -> str:
             "this bar)")
 
 
-def _read_side(results_dir: str | os.PathLike, machine: str, ref: str, box: str | None = None) -> Side:
-    return Side(machine, *read_commit(results_dir, machine, ref, box))
-
-
 def gate(
     results_dir: str | os.PathLike, base: str, head: str, machine: str | None = None, factor: float | None = None,
     *, base_machine: str | None = None, head_machine: str | None = None, floor_s: float | None = None,
@@ -255,7 +248,7 @@ def gate(
     flagged cells.  Raises ResultsError (a ResultsError) when the input is unusable."""
     bm = pick_machine(results_dir, base_machine or machine)
     hm = pick_machine(results_dir, head_machine or machine)
-    b, h = _read_side(results_dir, bm, base), _read_side(results_dir, hm, head)
+    b, h = (Side(m, *read_commit(results_dir, m, ref)) for m, ref in ((bm, base), (hm, head)))
     b_gpu, h_gpu = str(b.info.get("gpu", "")), str(h.info.get("gpu", ""))
     if b_gpu != h_gpu and not across_gpus:
         raise ResultsError(f"base was measured on {b_gpu or 'an unrecorded GPU'} ({bm}) and head on "
@@ -282,7 +275,7 @@ def compare_sides(folder: CompareFolder) -> tuple[Side, Side]:
             machine = pick_machine(d, folder.machine)
         except ResultsError as e:
             raise ResultsError(f"{d}: {e}") from None
-        sides.append(_read_side(d, machine, sha, box=folder.box))
+        sides.append(Side(machine, *read_commit(d, machine, sha, folder.box)))
     return sides[0], sides[1]
 
 
@@ -350,8 +343,7 @@ def with_work(report: GateReport) -> GateReport:
         text = c.work or "the same work"
         return replace(c, kernel=f"{c.kernel}: {text}" if c.kernel else text)
 
-    return replace(report, **{f.name: [said(c) for c in getattr(report, f.name)] for f in fields(report)
-                              if f.type in ("list[Change]", list[Change])})
+    return replace(report, **{name: [said(c) for c in getattr(report, name)] for name in change_lists(report)})
 
 
 # --- the plan: which cells a compare holds (the trusted suites') -------------------------------------

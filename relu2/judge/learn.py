@@ -19,6 +19,7 @@ from relu2.judge.noise import NoiseModel
 from relu2.judge.rule import Figure, Rule, is_slower
 from relu2.records.asv_results import box_of, machines
 from relu2.vocab.errors import ResultsError
+from relu2.vocab.text import aligned
 
 
 def compare_runs(folder: str | os.PathLike) -> tuple[noise.Run, noise.Run]:
@@ -173,7 +174,6 @@ def format_check(check: dict[str, Any]) -> str:
         for g in sorted(check["groups"][kind], key=noise._group_order):
             v = check["groups"][kind][g]
             rows.append((*g, str(v["cases"]), str(v["false"]), *(f"{v[f] / v['cases']:.0%}" for f in factors)))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines += ["  caught: the share of cases flagged with the head's cell made that much slower"]
-        lines += ["  " + "  ".join(r[i].ljust(widths[i]) for i in range(len(r))).rstrip() for r in rows]
+        lines += aligned(rows, indent="  ")
     return "\n".join(line for line in lines if line is not None)

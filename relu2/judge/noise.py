@@ -391,7 +391,6 @@ def fit(seen: Sequence[PairSeen], *, gpu: str, kind: str, l2_bytes: int, book: W
     the model's widths without ``exclude``."""
     exclude = frozenset(exclude)
     widths = book.without(exclude) if book is not None else {}
-    typical: dict[tuple, float] = {}
     by: dict[tuple, list[float]] = {}
     for p in seen:
         for o in p.observations:

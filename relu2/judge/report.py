@@ -4,12 +4,13 @@ docs/tracking.md).  Figures are written with relu2.vocab.schema's formatters."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Sequence
 
 from relu2.host.files import json_text
 from relu2.judge.rule import Change, Spread
 from relu2.vocab import markdown as md
+from relu2.vocab.text import aligned
 from relu2.vocab.schema import FAILED, format_bytes, format_seconds
 
 REPICKED_WHY = ("the same generated code; autotuning picked another launch configuration on this box: "
@@ -228,39 +229,17 @@ class GateReport:
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, Any]:
-        """Machine-readable, stable keys (documented in docs/tracking.md)."""
-        return {
-            "verdict": self.verdict.lower(),
-            "exit_code": self.exit_code,
-            "base": {"commit": self.base, "machine": self.base_machine, "date": self.base_date},
-            "head": {"commit": self.head, "machine": self.head_machine, "date": self.head_date},
-            "compared": self.compared,
-            "regressions": [c.as_json() for c in self.regressions],
-            "flagged": [c.as_json() for c in self.flagged],
-            "unconfirmed": [c.as_json() for c in self.unconfirmed],
-            "confirmation": self.confirmation or None,
-            "contradicted": self.contradicted,
-            "missing": [c.as_json() for c in self.missing],
-            "planned": self.planned,
-            "new_failures": [c.as_json() for c in self.new_failures],
-            "vanished": [c.as_json() for c in self.vanished],
-            "allowed_to_vanish": [c.as_json() for c in self.allowed],
-            "failed_at_base": [c.as_json() for c in self.failed_at_base],
-            "unjudged": [c.as_json() for c in self.unjudged],
-            "not_gated": [c.as_json() for c in self.not_gated],
-            "improvements": [c.as_json() for c in self.improvements],
-            "repicked": [c.as_json() for c in self.repicked],
-            "cells": [c.as_json() for c in self.cells],
-            "resolution": [asdict(r) for r in self.resolution],
-            "spread": [asdict(s) for s in self.spread],
-            "cpu": self.cpu,
-            "paired": self.paired,
-            "notes": self.notes(),
-            "overrides": self.overrides,
-            "noise_model": self.noise,
-            "reference_moves": self.offsets,
-            "stack_moves": self.stack_moves,
-        }
+        """Machine-readable, stable keys (documented in docs/tracking.md): each list of cells under its
+        field's name (``allowed`` as ``allowed_to_vanish``)."""
+        lists = {JSON_KEYS.get(name, name): [c.as_json() for c in getattr(self, name)] for name in change_lists(self)}
+        return {"verdict": self.verdict.lower(), "exit_code": self.exit_code,
+                "base": {"commit": self.base, "machine": self.base_machine, "date": self.base_date},
+                "head": {"commit": self.head, "machine": self.head_machine, "date": self.head_date},
+                "compared": self.compared, **lists, "confirmation": self.confirmation or None,
+                "contradicted": self.contradicted, "planned": self.planned,
+                "resolution": [asdict(r) for r in self.resolution], "spread": [asdict(s) for s in self.spread],
+                "cpu": self.cpu, "paired": self.paired, "notes": self.notes(), "overrides": self.overrides,
+                "noise_model": self.noise, "reference_moves": self.offsets, "stack_moves": self.stack_moves}
 
     def _not_gated_why(self) -> str:
         whys = list(dict.fromkeys(c.why for c in self.not_gated if c.why))
@@ -270,6 +249,14 @@ class GateReport:
         if fmt == "json":  # strict JSON: NaN is no JSON value, and clients other than Python reject it
             return json_text(self.as_json(), indent=2, sort_keys=True)
         return self.markdown() if fmt == "markdown" else self.format()
+
+
+JSON_KEYS = {"allowed": "allowed_to_vanish"}  # a field whose JSON key says more than its name
+
+
+def change_lists(report: GateReport) -> list[str]:
+    """The names of a report's lists of cells (regressions, vanished, ..., cells), in field order."""
+    return [f.name for f in fields(report) if f.type == "list[Change]"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,11 +304,8 @@ def _table(title: str, changes: list[Change], limit: int | None = None, show_why
              md.plain(c.label) + (f"  [kernel {md.plain(c.kernel)}]" if c.kernel and c.kernel != "same" else "")
              + (f"  (also {md.plain(', '.join(c.also))})" if c.also else "")
              + (f"  ({c.why})" if show_why and c.why else "")) for c in shown]
-    header = ("ratio", "judged", "base", "head", "cell")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     out = ["", f"{title}: {len(changes)}"]
-    for r in [header, *rows]:
-        out.append("  " + "  ".join(r[i].rjust(widths[i]) for i in range(4)) + "  " + r[4])
+    out += aligned([("ratio", "judged", "base", "head", "cell"), *rows], right=lambda column: column < 4, indent="  ")
     if limit and len(changes) > limit:
         out.append(f"  ... and {len(changes) - limit} more (--format json lists every one)")
     return out
@@ -331,8 +315,7 @@ def _resolution_lines(resolution: Sequence[Resolution]) -> list[str]:
     rows = [("family", "mode", "band", "cells", "threshold", "floor", "caught 90%")]
     rows += [(r.family, r.mode, r.band, str(r.cells), _threshold(r.ratio) if r.gated else "-",
               format_seconds(r.floor_s) if r.gated else "-", _detectable(r)) for r in resolution]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(row[i].ljust(widths[i]) for i in range(len(row))) for row in rows]
+    return aligned(rows)
 
 
 def format_spread(rows: Sequence[Spread], markdown: bool = False) -> str:
@@ -343,9 +326,7 @@ def format_spread(rows: Sequence[Spread], markdown: bool = False) -> str:
     if markdown:
         return "\n".join(["| " + " | ".join(header) + " |", "|---|---|---:|---:|---:|---:|---:|"] +
                          ["| " + " | ".join(r) + " |" for r in body])
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    return "\n".join("  ".join(r[i].rjust(widths[i]) if i > 1 else r[i].ljust(widths[i]) for i in range(len(r)))
-                     for r in [header, *body])
+    return "\n".join(aligned([header, *body], right=lambda column: column > 1))
 
 
 def _cell_code(c: Change) -> str:

@@ -127,20 +127,15 @@ def is_slower(base: Figure, head: Figure, rule: Rule, paired: bool = False, offs
     return moved > math.log(rule.needed(width)) and base.value * math.expm1(moved) > rule.floor_s
 
 
-def is_faster(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> bool:
-    """The same rule the other way round."""
-    return is_slower(head.scaled(math.exp(-offset)), base, rule, paired)
-
-
 SLOWER, FASTER, SAME = 1, -1, 0  # what the rule says of one cell
 
 
 def verdict_of(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> int:
-    """The rule's answer for one cell: SLOWER, FASTER or SAME.  The gate sorts cells by it, bisect
-    answers its probes by it: one rule."""
+    """The rule's answer for one cell: SLOWER, FASTER (the same rule the other way round) or SAME.  The
+    gate sorts cells by it, bisect answers its probes by it: one rule."""
     if is_slower(base, head, rule, paired, offset):
         return SLOWER
-    return FASTER if is_faster(base, head, rule, paired, offset) else SAME
+    return FASTER if is_slower(head.scaled(math.exp(-offset)), base, rule, paired) else SAME
 
 
 def paired_figures(a: Sequence[float], b: Sequence[float]) -> tuple[Figure, Figure] | None:
