@@ -268,6 +268,65 @@ def test_a_state_file_of_another_bisection_is_refused(tmp_path):
         bisect.load_steps(Plan(COMMITS, [TOY]), state)
 
 
+# --- by counters: the search over the work recorded on the H200 (docs/aa/counters-h200-2026-12-03) -------
+
+WORK_DATA = Path(__file__).resolve().parents[1] / "docs" / "aa" / "counters-h200-2026-12-03" / "box-a"
+HISTORY = [f"{i:02d}" + "w" * 38 for i in range(16)]  # GOOD and the 15 commits after it, BAD last
+
+
+class CountingBox:
+    """A WorkOracle over a made-up history: commits before ``changed_at`` did the A/A run's work, the
+    others the planted kernel's (``relu2 counters`` on the H200, fused 5 blocks slower); ``broken``
+    commits are not counted."""
+
+    def __init__(self, changed_at: int, broken: dict[int, str] | None = None):
+        from relu2.records.work import read_report
+
+        self.before, self.after = read_report(WORK_DATA / "aa-1"), read_report(WORK_DATA / "slow-fused-5-blocks")
+        self.cells = {c.name("hot"): c for c in self.before.works if c.impl in ("fused", "eager")}
+        self.changed_at, self.broken, self.counted = changed_at, broken or {}, []
+
+    def __call__(self, commit, cells):
+        i = HISTORY.index(commit)
+        self.counted.append(i)
+        if i in self.broken:
+            return {c: self.broken[i] for c in cells}
+        counted = self.after if i >= self.changed_at else self.before
+        return {c: counted.work(self.cells[c]) for c in cells}
+
+
+@pytest.mark.parametrize("changed_at", range(1, 16))
+def test_counters_name_the_commit_of_a_work_change_in_16_commits_with_at_most_6_counts(changed_at):
+    box = CountingBox(changed_at)
+    fused = sorted(c for c in box.cells if c.startswith("fused:"))
+    found, counts = bisect.work_search(HISTORY, sorted(box.cells), box)
+    assert counts <= 6 and len(set(box.counted)) == counts
+    assert sorted(f.cell for f in found) == fused  # eager did the same work: left to the timing search
+    for f in found:
+        assert (f.verdict, f.first_bad, f.last_good, f.by) == (
+            "culprit", HISTORY[changed_at], HISTORY[changed_at - 1], "counters")
+        assert "instructions" in f.work, f.work
+
+
+def test_a_commit_not_counted_leaves_the_range_it_hides_and_the_text_says_by_counters():
+    box = CountingBox(8, broken={7: "does not build: x"})
+    found, _ = bisect.work_search(HISTORY, sorted(box.cells), box)
+    f = next(f for f in found if f.cell.startswith("fused:"))
+    assert (f.verdict, f.first_bad, f.last_good) == ("range", HISTORY[8], HISTORY[6])
+    assert f.skipped == [{"commit": HISTORY[7], "reason": "does not build: x"}]
+    report = bisect.Report("repo", Plan(HISTORY, []), [], found, {}, "state.json", counted=len(set(box.counted)))
+    text = bisect.format_text(report)
+    assert f"{f.cell}: the first commit whose work is not GOOD's is one of 2, up to {HISTORY[8][:10]}" in text
+    assert "(by counters, exact)" in text and f"{report.counted} commits counted by counters" in text
+    assert report.exit_code == 0 and report.as_json()["counted_commits"] == report.counted
+
+
+def test_work_not_counted_at_good_or_bad_is_left_to_the_timing_search():
+    box = CountingBox(8, broken={0: "not counted: ncu refused"})
+    found, counts = bisect.work_search(HISTORY, sorted(box.cells), box)
+    assert found == [] and counts == 2
+
+
 # --- the command on a fixture repository, measured for real ---------------------------------------------
 
 PYPROJECT = '''[build-system]
@@ -365,6 +424,7 @@ def test_bisect_names_the_sixth_of_nine_commits_in_four_measured_steps(tmp_path)
     assert report["measured_steps"] <= 4, run.stderr
     assert found["figures"]["first_bad"]["vs_good"] > FACTOR_UNDER_LOAD > found["figures"]["last_good"]["vs_good"], found
     assert "relu2 bisect: step 1" in run.stderr  # progress as it goes
+    assert run.stderr.count("work counters not measured here") == 1, run.stderr  # said once: bisected by time
     assert repo.joinpath(".git", "worktrees").exists() is False or not any(repo.joinpath(".git", "worktrees").iterdir())
     # The same command again: the state file answers, nothing is measured again
     again = relu2_bisect(commits[0], commits[-1], "--repo", str(repo), "--cell", cell, "--state", str(state),

@@ -24,6 +24,13 @@ failed cell) are skipped like ``git bisect skip``; the answer is then the range 
 commit like BAD lies in.  Cells are searched each on its own bracket (a step measures every cell
 whose bracket holds the probe), so cells that moved at different commits get different answers.
 
+**By counters first.**  Where the work counters can be read (CUDA and Nsight Compute: ``relu2
+counters``), GOOD and BAD are counted before any timing; a cell whose work differs between them (its
+launches or an exact counter: ``relu2.records.work.Work.same_as``) is bisected by counters alone
+(``work_search``): one count a commit, no rounds, no factor, and the answer is the first commit
+whose work is not GOOD's.  The other cells are bisected by time as above.  Without counters that is
+said once, and every cell is bisected by time.
+
 Everything that decides is a small pure function over the steps done so far (``replay``,
 ``next_probe``, ``answer``), the measuring is injected (``Oracle``), and the steps are the state:
 written after every step to the state file, replayed on the next run to resume.
@@ -35,6 +42,7 @@ import hashlib
 import json
 import math
 import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -46,7 +54,9 @@ from relu2.host.machine import gpu_name
 from relu2.host.outputs import claim_file
 from relu2.judge import noise
 from relu2.judge.rule import FASTER, SAME, SLOWER, Rule, family_of, move, paired_figures, verdict_of
-from relu2.runs import confirm
+from relu2.measure import counters
+from relu2.records.work import Work, describe_change
+from relu2.runs import compare, confirm
 from relu2.runs.asv_run import declared_implementations
 from relu2.vocab.errors import UsageError
 from relu2.vocab.schema import DEFAULT_FLOOR_S  # SKIPPED: a commit not measured for a cell, for whatever reason
@@ -226,6 +236,8 @@ class Finding:
     candidates: list[str] = field(default_factory=list)  # the range: every commit the culprit may be
     skipped: list[dict[str, str]] = field(default_factory=list)  # {"commit", "reason"} between last_good and first_bad
     figures: dict[str, dict] = field(default_factory=dict)  # "first_bad"/"last_good" -> the step that measured it
+    by: str = "time"  # what decided: "time" (rounds) or "counters" (exact work: ``work_search``)
+    work: str = ""  # by counters: how first_bad's work differs from last_good's, in words
 
 
 def findings(commits: Sequence[str], tracks: Mapping[str, Track], steps: Sequence[Step]) -> list[Finding]:
@@ -279,6 +291,76 @@ def exit_code(found: Sequence[Finding]) -> int:
     if any(f.verdict in (CULPRIT, RANGE) for f in found):
         return 0
     return 1 if any(f.verdict == NOT_REPRODUCED for f in found) else 2
+
+
+# --- by counters: one exact count a commit ----------------------------------------------------------
+
+# (commit, cell names) -> per cell the work one call did at that commit, or why it was not counted
+WorkOracle = Callable[[str, Sequence[str]], Mapping[str, "Work | str"]]
+CHANGED = SLOWER  # a Track's way when the work changed: any change is the one a search by counters follows
+
+
+def work_search(commits: Sequence[str], cells: Sequence[str], count: WorkOracle,
+                say: Callable[[str], None] = lambda line: None) -> tuple[list[Finding], int]:
+    """Bisect by counters: count GOOD and BAD; each cell whose work differs between them is searched,
+    as the timing search halves brackets (``next_probe``), for the first commit whose work is not
+    GOOD's: a probe that did GOOD's exact work is like GOOD, any other work is like BAD, a commit not
+    counted is skipped.  The findings of those cells (the others are left to the timing search), and
+    the counts made (one a commit)."""
+    last = len(commits) - 1
+    good, bad = count(commits[0], cells), count(commits[last], cells)
+    works = {0: good, last: bad}
+    followed = [c for c in cells if isinstance(good.get(c), Work) and isinstance(bad.get(c), Work)
+                and not good[c].same_as(bad[c])]
+    if followed:
+        say(f"relu2 bisect: counters: {len(followed)} of {len(cells)} cell{'s' * (len(cells) != 1)} did other work at "
+            f"BAD than at GOOD: " + ", ".join(followed) + "; bisected by counters, one count a commit")
+    tracks = {c: Track(c, 0, last, way=CHANGED) for c in followed}
+    while (probe := next_probe(tracks)) is not None:
+        index, names = probe
+        works[index] = got = count(commits[index], names)
+        for name in names:
+            work, track = got.get(name, "not counted"), tracks[name]
+            if isinstance(work, str):
+                tracks[name] = replace(track, skipped=(*track.skipped, (index, work)))
+            else:
+                tracks[name] = replace(track, **{"lo" if work.same_as(good[name]) else "hi": index})
+        said = "; ".join(f"{n} {'skipped' if isinstance(got.get(n), str) else 'like GOOD' if tracks[n].lo == index else 'like BAD'}"
+                         for n in names)
+        say(f"relu2 bisect: counted {commits[index][:10]} (#{index} of {last}): {said}")
+    out = []
+    for t in tracks.values():
+        between = [(i, why) for i, why in sorted(t.skipped) if t.lo < i < t.hi]
+        out.append(Finding(t.cell, RANGE if between else CULPRIT, commits[t.hi], commits[t.lo],
+                           candidates=list(commits[t.lo + 1:t.hi + 1]),
+                           skipped=[{"commit": commits[i], "reason": why} for i, why in between],
+                           by="counters", work=describe_change(works[t.lo][t.cell], works[t.hi][t.cell])))
+    return out, len(works)
+
+
+def counting_oracle(repo: Path, targets: Mapping[str, "confirm.Target"], device: str) -> WorkOracle:
+    """The WorkOracle that counts with ``relu2 counters``' mechanism (``relu2.measure.counters.count``:
+    one ncu process for all the cells asked) in a worktree of the commit, its package installed, this
+    checkout's instrument, as relu2 compare counts a side.  A commit that does not declare the
+    interface, does not build or that ncu cannot count gives every cell the reason."""
+    def oracle(commit: str, cells: Sequence[str]) -> dict[str, Work | str]:
+        why = declared_implementations(repo, commit)[1]
+        if why:
+            return {c: why for c in cells}
+        wanted = list(dict.fromkeys(targets[c].cell for c in cells))
+        with tempfile.TemporaryDirectory(prefix="relu2-bisect-") as tmp:
+            scratch = Path(tmp)
+            try:
+                with compare.ruler(scratch) as ruler, compare.side(repo, "probe", commit, scratch,
+                                                                   lambda line: None) as side:
+                    counted = counters.count(wanted, env=compare._env(side, ruler), cwd=scratch)
+            except UsageError as e:  # it does not install
+                return {c: _unmeasurable(str(e)) for c in cells}
+            except RuntimeError as e:
+                return {c: f"not counted: {e}" for c in cells}
+        return {c: counted.work(targets[c].cell) or counted.failed.get(targets[c].cell, "not counted") for c in cells}
+
+    return oracle
 
 
 # --- measuring one step ---------------------------------------------------------------------------
@@ -505,6 +587,8 @@ class Report:
     findings: list[Finding]
     subjects: dict[str, str]
     state: str
+    counted: int = 0  # commits counted by counters (0: no cell was bisected by counters)
+    counters_why: str = ""  # why no cell could be (no CUDA, no ncu), "" when they were counted
 
     @property
     def exit_code(self) -> int:
@@ -516,6 +600,7 @@ class Report:
                 "commits": self.plan.commits, "factor": self.plan.factor, "factors": self.plan.factors,
                 "budget": self.plan.budget,
                 "measured_steps": sum(s.measured for s in self.steps), "state": self.state,
+                "counted_commits": self.counted, "counters": self.counters_why or "counted",
                 "cells": [asdict(f) for f in self.findings], "steps": [asdict(s) for s in self.steps],
                 "exit": self.exit_code})
 
@@ -540,26 +625,35 @@ def model_factors(targets: Mapping[str, object], gpu: str) -> dict[str, float]:
 def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | None = None,
         budget: int = DEFAULT_BUDGET, state: Path | None = None, device: str = "cpu",
         progress: Callable[[str], None] | None = None) -> Report:
-    """Bisect GOOD..BAD of ``repo`` on ``targets`` (confirm.Target), measuring with relu2 confirm's
-    rounds; resumes from ``state`` (default: in the repository's git folder).  ``factor`` None: each
-    cell's factor from the same-box model (``model_factors``), else ``DEFAULT_FACTOR``."""
+    """Bisect GOOD..BAD of ``repo`` on ``targets`` (confirm.Target): by counters the cells whose work
+    differs between GOOD and BAD, where counters can be read (``work_search``); the others by relu2
+    confirm's rounds, resuming from ``state`` (default: in the repository's git folder).  ``factor``
+    None: each timed cell's factor from the same-box model (``model_factors``), else ``DEFAULT_FACTOR``."""
     by_name = {t.name: t for t in targets}
-    factors = {} if factor is not None else model_factors(by_name, _gpu(device))
-    plan = Plan(first_parent_range(repo, good, bad), list(by_name), factor or DEFAULT_FACTOR, budget, factors)
-    state = state or default_state(repo, plan.commits, plan.cells)
-    steps = load_steps(plan, state)
-
-    # Written after every step: a state file that cannot be written is refused before step 0, and one
-    # that is not this search's own is never replaced (load_steps refused another search's already).
+    commits = first_parent_range(repo, good, bad)
+    state = state or default_state(repo, commits, list(by_name))
+    # Written after every step: a state file that cannot be written is refused before anything is
+    # measured, and one that is not this search's own is never replaced (load_steps refuses it).
     claim_file(state, "--state", own=lambda _: True)
     say = progress or (lambda line: None)
-    say(f"relu2 bisect: {len(plan.commits) - 1} commit{'s' * (len(plan.commits) != 2)} after GOOD {plan.commits[0][:10]} up to BAD "
-        f"{plan.commits[-1][:10]} (first parent), {len(plan.cells)} cell{'s' * (len(plan.cells) != 1)}; state {state}"
-        + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
-    steps = search(plan, confirm_oracle(repo, by_name, device), steps, state, say)
+    why = counters.unavailable(device)
+    if why:
+        say(f"relu2 bisect: work counters {why}: every cell is bisected by its time")
+        by_counters, counted = [], 0
+    else:
+        by_counters, counted = work_search(commits, list(by_name), counting_oracle(repo, by_name, device), say)
+    timed = {name: t for name, t in by_name.items() if name not in {f.cell for f in by_counters}}
+    factors = {} if factor is not None else model_factors(timed, _gpu(device))
+    plan = Plan(commits, list(timed), factor or DEFAULT_FACTOR, budget, factors)
+    steps = load_steps(plan, state)
+    if timed:
+        say(f"relu2 bisect: {len(commits) - 1} commit{'s' * (len(commits) != 2)} after GOOD {commits[0][:10]} up to BAD "
+            f"{commits[-1][:10]} (first parent), {len(timed)} cell{'s' * (len(timed) != 1)} timed; state {state}"
+            + (f": resuming after {len(steps)} step{'s' * (len(steps) != 1)}" if steps else " (the same command resumes)"))
+        steps = search(plan, confirm_oracle(repo, timed, device), steps, state, say)
     tracks = replay(plan, steps)
-    return Report(str(repo), plan, steps, findings(plan.commits, tracks, steps), git.subjects(repo, plan.commits),
-                  str(state))
+    return Report(str(repo), plan, steps, by_counters + findings(commits, tracks, steps), git.subjects(repo, commits),
+                  str(state), counted, why)
 
 
 def _gpu(device: str) -> str:
@@ -595,10 +689,16 @@ def format_text(report: Report) -> str:
     skipped = len(report.steps) - measured
     lines = [f"relu2 bisect GOOD {commits[0][:10]} .. BAD {commits[-1][:10]}: {len(commits) - 1} "
              f"commit{'s' * (len(commits) != 2)}, "
-             f"{measured} measured steps" + (f", {skipped} skipped unmeasured" if skipped else "")
+             + (f"{report.counted} commits counted by counters, " if report.counted else "")
+             + f"{measured} measured steps" + (f", {skipped} skipped unmeasured" if skipped else "")
              + f", {_rule(report.plan)}, at most {report.plan.budget} rounds a step"]
     for f in report.findings:
-        if f.verdict == CULPRIT:
+        if f.by == "counters":
+            lines.append(f"{f.cell}: the first commit whose work is not GOOD's is "
+                         + (commit(f.first_bad) if f.verdict == CULPRIT else f"one of {len(f.candidates)}, up to "
+                            f"{commit(f.first_bad)} ({len(f.skipped)} not counted)")
+                         + f": {f.work} (by counters, exact)")
+        elif f.verdict == CULPRIT:
             lines += [f"{f.cell}: the first commit like BAD is {commit(f.first_bad)}",
                       figure("it:", f.figures.get("first_bad", {})),
                       figure(f"its parent {f.last_good[:10]}:", f.figures.get("last_good", {}))]

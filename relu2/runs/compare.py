@@ -181,21 +181,23 @@ class Side:
 def sides(repo: Path, base: str, head: str, scratch: Path, say: Say = _stderr,
           label: str = "relu2 compare") -> Iterator[tuple[Side, Side]]:
     """A worktree of each commit with its package installed into a folder of its own; removed after."""
-    trees: list[Path] = []
+    with side(repo, SIDE_NAMES[0], base, scratch, say, label) as b, side(repo, SIDE_NAMES[1], head, scratch, say, label) as h:
+        yield b, h
+
+
+@contextlib.contextmanager
+def side(repo: Path, name: str, commit: str, scratch: Path, say: Say = _stderr,
+         label: str = "relu2 compare") -> Iterator[Side]:
+    """A worktree of one commit with its package installed into ``scratch/site-NAME``; removed after."""
+    tree = scratch / f"tree-{name}"
+    git.worktree_add(repo, tree, commit)
     try:
-        built = []
-        for name, commit in zip(SIDE_NAMES, (base, head)):
-            tree = scratch / f"tree-{name}"
-            git.worktree_add(repo, tree, commit)
-            trees.append(tree)
-            began = time.perf_counter()
-            site = _install(tree, scratch / f"site-{name}", f"{name} ({commit[:8]})")
-            built.append(Side(name, commit, site, project_name(tree)))
-            say(f"{label}: {name} {commit[:8]} built in {time.perf_counter() - began:.0f} s")
-        yield built[0], built[1]
-    finally:
-        for tree in trees:  # a tree whose folder went first (an interrupt unwinding the scratch) is pruned
-            git.worktree_remove(repo, tree)
+        began = time.perf_counter()
+        site = _install(tree, scratch / f"site-{name}", f"{name} ({commit[:8]})")
+        say(f"{label}: {name} {commit[:8]} built in {time.perf_counter() - began:.0f} s")
+        yield Side(name, commit, site, project_name(tree))
+    finally:  # a tree whose folder went first (an interrupt unwinding the scratch) is pruned
+        git.worktree_remove(repo, tree)
 
 
 def _install(tree: Path, site: Path, what: str) -> Path:
