@@ -582,14 +582,19 @@ report (--from-gate), measuring every step on this machine: the probe commit bes
 beside BAD (two relu2 confirm comparisons: relu2 compare's mechanism on those cells, worktrees of
 both commits, this checkout's instrument, interleaved rounds of a fresh process a side).
 
+By counters first: on CUDA with Nsight Compute, every cell's work is counted at GOOD and BAD (as
+relu2 counters does); a cell whose work differs (its launches or an exact counter) is bisected by
+counters alone, one count a commit and no rounds: the first commit whose work is not GOOD's, its
+change said. The other cells are timed as below; without counters that is said once.
+
 Step 0 measures GOOD against BAD: a cell that did not move there is "not reproduced". Every later
 step gives each cell one of three answers:
   like GOOD   BAD moved away from the probe; the probe did not move away from GOOD
   like BAD    the probe moved away from GOOD the way BAD did; BAD did not move further
   unknown     neither or both: noise, or a probe halfway along a cell that moved twice
-"Moved" is the paired rule: the paired verdict's move (relu2 gate --compare's: the median over
-rounds of round i of one side against rounds i-1..i+1 of the other) beyond the cell's factor, and
-more than three quarters of the rounds on that side. A cell's factor is relu2 compare's: this GPU's
+"Moved" is the paired rule of relu2 gate --compare (one function): the median over rounds of round
+i of one side against rounds i-1..i+1 of the other, beyond the cell's factor and the gate's floor,
+after at least {schema.MIN_ROUNDS} rounds. A cell's factor is relu2 compare's: this GPU's
 same-box noise model for its family, mode and band (the cells followed sharing its budget), or
 {bisect.DEFAULT_FACTOR:g} where the model has none (the CPU's covers only eager and copy); --factor sets one for all.
 

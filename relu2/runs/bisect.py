@@ -11,9 +11,9 @@ each cell gets one of three answers:
   unknown answer measures ``MIN_ROUNDS`` more rounds, up to the budget of rounds a step may take;
   a probe still unknown then is skipped for that cell, as an unmeasurable commit is.
 
-"Moved" is the paired rule ``pair``: the paired verdict's move (``relu2.judge.rule.move``: round i of
-one side against the rounds around i of the other, so a box that speeds up or slows down as a whole
-cancels) beyond the cell's factor, and more than three quarters of the rounds on that side.  A cell's
+"Moved" is the paired rule ``pair``: the gate's own verdict (``relu2.judge.rule.verdict_of``, paired:
+round i of one side against the rounds around i of the other, so a box that speeds up or slows down
+as a whole cancels) at the cell's factor and the gate's floor.  A cell's
 factor is the same-box noise model's threshold for its family, mode and band on this machine's GPU
 (``relu2 compare``'s model, the cells followed sharing its budget), or ``DEFAULT_FACTOR`` where the
 model has none; ``--factor`` sets one for every cell.
