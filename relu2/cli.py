@@ -605,9 +605,9 @@ implementations interface, a failed build, a failed cell) are skipped like git b
 the answer is then the range the first commit like BAD lies in. Each cell is searched on its own:
 cells that moved at different commits get different answers.
 
-It names, per cell, the first commit like BAD with its figures and its parent's, and the steps
-taken. Progress on stderr (step, commit, answers, rounds, time); the steps are written to the state
-file after each one, and the same command run again resumes (a finished bisection prints its answer
+It names, per cell, the first commit like BAD with its figures and its parent's (by counters: its
+change of work), and the steps taken. Progress on stderr (step, commit, answers, rounds, time); the
+counts and the steps are written to the state file as they are made, and the same command run again resumes (a finished bisection prints its answer
 again without measuring). Exit 0 when a culprit (or a range of unmeasurable commits) is named, 1
 when no cell's step is reproduced between GOOD and BAD, 2 on unusable input."""
 

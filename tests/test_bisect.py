@@ -276,14 +276,14 @@ HISTORY = [f"{i:02d}" + "w" * 38 for i in range(16)]  # GOOD and the 15 commits 
 
 class CountingBox:
     """A WorkOracle over a made-up history: commits before ``changed_at`` did the A/A run's work, the
-    others the planted kernel's (``relu2 counters`` on the H200, fused 5 blocks slower); ``broken``
-    commits are not counted."""
+    others the planted kernel's (``relu2 counters`` on the H200, fused 5 blocks slower; that run counted
+    fused and copy); ``broken`` commits are not counted."""
 
     def __init__(self, changed_at: int, broken: dict[int, str] | None = None):
         from relu2.records.work import read_report
 
         self.before, self.after = read_report(WORK_DATA / "aa-1"), read_report(WORK_DATA / "slow-fused-5-blocks")
-        self.cells = {c.name("hot"): c for c in self.before.works if c.impl in ("fused", "eager")}
+        self.cells = {c.name("hot"): c for c in self.before.works if c.impl in ("fused", "copy")}
         self.changed_at, self.broken, self.counted = changed_at, broken or {}, []
 
     def __call__(self, commit, cells):
@@ -299,9 +299,9 @@ class CountingBox:
 def test_counters_name_the_commit_of_a_work_change_in_16_commits_with_at_most_6_counts(changed_at):
     box = CountingBox(changed_at)
     fused = sorted(c for c in box.cells if c.startswith("fused:"))
-    found, counts = bisect.work_search(HISTORY, sorted(box.cells), box)
-    assert counts <= 6 and len(set(box.counted)) == counts
-    assert sorted(f.cell for f in found) == fused  # eager did the same work: left to the timing search
+    found, counts, why = bisect.work_search(HISTORY, sorted(box.cells), box)
+    assert counts <= 6 and len(set(box.counted)) == counts and why == ""
+    assert sorted(f.cell for f in found) == fused  # copy did the same work: left to the timing search
     for f in found:
         assert (f.verdict, f.first_bad, f.last_good, f.by) == (
             "culprit", HISTORY[changed_at], HISTORY[changed_at - 1], "counters")
@@ -310,7 +310,7 @@ def test_counters_name_the_commit_of_a_work_change_in_16_commits_with_at_most_6_
 
 def test_a_commit_not_counted_leaves_the_range_it_hides_and_the_text_says_by_counters():
     box = CountingBox(8, broken={7: "does not build: x"})
-    found, _ = bisect.work_search(HISTORY, sorted(box.cells), box)
+    found, _, _ = bisect.work_search(HISTORY, sorted(box.cells), box)
     f = next(f for f in found if f.cell.startswith("fused:"))
     assert (f.verdict, f.first_bad, f.last_good) == ("range", HISTORY[8], HISTORY[6])
     assert f.skipped == [{"commit": HISTORY[7], "reason": "does not build: x"}]
@@ -323,8 +323,11 @@ def test_a_commit_not_counted_leaves_the_range_it_hides_and_the_text_says_by_cou
 
 def test_work_not_counted_at_good_or_bad_is_left_to_the_timing_search():
     box = CountingBox(8, broken={0: "not counted: ncu refused"})
-    found, counts = bisect.work_search(HISTORY, sorted(box.cells), box)
-    assert found == [] and counts == 2
+    said = []
+    found, counts, why = bisect.work_search(HISTORY, sorted(box.cells), box, said.append)
+    assert found == [] and counts == 1  # BAD's work was counted, GOOD's not
+    assert why == f"{len(box.cells)} of {len(box.cells)} cells not counted at GOOD or BAD (not counted: ncu refused)"
+    assert said == [f"relu2 bisect: counters: {why}: timed"]
 
 
 # --- the command on a fixture repository, measured for real ---------------------------------------------
@@ -469,6 +472,45 @@ def test_unusable_input_is_one_line_and_exit_2(tmp_path):
         # the reason on the last line (argparse's refusals come after its usage text, as for every subcommand)
         assert run.returncode == 2 and said in run.stderr.strip().splitlines()[-1] and not run.stdout, (args, run.stderr)
     assert not (repo / ".git" / "relu2-bisect").exists()  # nothing written
+
+
+def test_what_the_counters_decided_is_kept_in_the_state_and_a_rerun_never_counts_again(tmp_path, monkeypatch):
+    """run() with counting injected (no GPU here): a cell bisected by counters is answered without any
+    timing, the counts are kept in the state file, the same command reprints the answer without
+    counting, and a state file of other commits is refused before anything is counted."""
+    from dataclasses import asdict
+
+    from relu2.runs.confirm import parse_target
+    from relu2.vocab.errors import UsageError
+
+    repo = tmp_path / "toykernel"
+    commits = fixture_repo(repo, 4, {})
+    cell = f"toy:float32:{CELL_SIZE}:hot"
+    counted = bisect.Finding(cell, "culprit", commits[2], commits[1], [commits[2]], by="counters",
+                             work="instructions +6.0%")
+    calls = []
+
+    def count_first(repo_, commits_, targets, device, say):
+        calls.append(list(targets))
+        return {"cells": [asdict(counted)], "commits": 4, "why": ""}
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a cell bisected by counters is never timed")
+
+    monkeypatch.setattr(bisect, "count_first", count_first)
+    monkeypatch.setattr(bisect, "confirm_oracle", no_timing)
+    state = tmp_path / "state.json"
+    for _ in range(2):
+        report = bisect.run(repo, commits[0], commits[-1], [parse_target(cell)], state=state)
+        assert [(f.cell, f.verdict, f.first_bad, f.by) for f in report.findings] == [(cell, "culprit", commits[2], "counters")]
+        assert report.exit_code == 0 and report.counted == 4 and report.steps == []
+        assert "instructions +6.0% (by counters, exact)" in bisect.format_text(report)
+    assert len(calls) == 1 and json.loads(state.read_text())["counted"]["commits"] == 4
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**json.loads(state.read_text()), "commits": commits[1:]}))
+    with pytest.raises(UsageError, match="another bisection"):
+        bisect.run(repo, commits[0], commits[-1], [parse_target(cell)], state=other)
+    assert len(calls) == 1
 
 
 def test_the_text_names_the_culprit_its_figures_its_parent_and_every_step():

@@ -32,8 +32,9 @@ whose work is not GOOD's.  The other cells are bisected by time as above.  Witho
 said once, and every cell is bisected by time.
 
 Everything that decides is a small pure function over the steps done so far (``replay``,
-``next_probe``, ``answer``), the measuring is injected (``Oracle``), and the steps are the state:
-written after every step to the state file, replayed on the next run to resume.
+``next_probe``, ``answer``, ``work_search``), the measuring is injected (``Oracle``, ``WorkOracle``),
+and the steps are the state: what the counters decided, then every step, written to the state file
+as they are made and replayed on the next run to resume (it never counts again).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import statistics
 import tempfile
 import time
@@ -301,17 +303,22 @@ CHANGED = SLOWER  # a Track's way when the work changed: any change is the one a
 
 
 def work_search(commits: Sequence[str], cells: Sequence[str], count: WorkOracle,
-                say: Callable[[str], None] = lambda line: None) -> tuple[list[Finding], int]:
+                say: Callable[[str], None] = lambda line: None) -> tuple[list[Finding], int, str]:
     """Bisect by counters: count GOOD and BAD; each cell whose work differs between them is searched,
     as the timing search halves brackets (``next_probe``), for the first commit whose work is not
     GOOD's: a probe that did GOOD's exact work is like GOOD, any other work is like BAD, a commit not
-    counted is skipped.  The findings of those cells (the others are left to the timing search), and
-    the counts made (one a commit)."""
+    counted is skipped.  The findings of those cells (the others are left to the timing search), the
+    commits where some work was counted, and why some cells were not counted at GOOD or BAD ("")."""
     last = len(commits) - 1
     good, bad = count(commits[0], cells), count(commits[last], cells)
     works = {0: good, last: bad}
-    followed = [c for c in cells if isinstance(good.get(c), Work) and isinstance(bad.get(c), Work)
-                and not good[c].same_as(bad[c])]
+    lost = {c: w if isinstance(w, str) else "not counted" for c in cells
+            for w in (good.get(c), bad.get(c)) if not isinstance(w, Work)}
+    why = (f"{len(lost)} of {len(cells)} cell{'s' * (len(cells) != 1)} not counted at GOOD or BAD "
+           f"({next(iter(lost.values()))})" if lost else "")
+    if why:
+        say(f"relu2 bisect: counters: {why}: timed")
+    followed = [c for c in cells if c not in lost and not good[c].same_as(bad[c])]
     if followed:
         say(f"relu2 bisect: counters: {len(followed)} of {len(cells)} cell{'s' * (len(cells) != 1)} did other work at "
             f"BAD than at GOOD: " + ", ".join(followed) + "; bisected by counters, one count a commit")
@@ -320,12 +327,12 @@ def work_search(commits: Sequence[str], cells: Sequence[str], count: WorkOracle,
         index, names = probe
         works[index] = got = count(commits[index], names)
         for name in names:
-            work, track = got.get(name, "not counted"), tracks[name]
-            if isinstance(work, str):
-                tracks[name] = replace(track, skipped=(*track.skipped, (index, work)))
+            work, track = got.get(name), tracks[name]
+            if not isinstance(work, Work):
+                tracks[name] = replace(track, skipped=(*track.skipped, (index, work or "not counted")))
             else:
                 tracks[name] = replace(track, **{"lo" if work.same_as(good[name]) else "hi": index})
-        said = "; ".join(f"{n} {'skipped' if isinstance(got.get(n), str) else 'like GOOD' if tracks[n].lo == index else 'like BAD'}"
+        said = "; ".join(f"{n} {'skipped' if not isinstance(got.get(n), Work) else 'like GOOD' if tracks[n].lo == index else 'like BAD'}"
                          for n in names)
         say(f"relu2 bisect: counted {commits[index][:10]} (#{index} of {last}): {said}")
     out = []
@@ -335,32 +342,49 @@ def work_search(commits: Sequence[str], cells: Sequence[str], count: WorkOracle,
                            candidates=list(commits[t.lo + 1:t.hi + 1]),
                            skipped=[{"commit": commits[i], "reason": why} for i, why in between],
                            by="counters", work=describe_change(works[t.lo][t.cell], works[t.hi][t.cell])))
-    return out, len(works)
+    counted = sum(1 for got in works.values() if any(isinstance(w, Work) for w in got.values()))
+    return out, counted, why
 
 
-def counting_oracle(repo: Path, targets: Mapping[str, "confirm.Target"], device: str) -> WorkOracle:
+def counting_oracle(repo: Path, targets: Mapping[str, "confirm.Target"], ruler: "compare.Ruler",
+                    scratch: Path) -> WorkOracle:
     """The WorkOracle that counts with ``relu2 counters``' mechanism (``relu2.measure.counters.count``:
-    one ncu process for all the cells asked) in a worktree of the commit, its package installed, this
-    checkout's instrument, as relu2 compare counts a side.  A commit that does not declare the
-    interface, does not build or that ncu cannot count gives every cell the reason."""
+    one ncu process for all the cells asked) in a worktree of the commit, its package installed,
+    measured by ``ruler`` (this checkout's instrument), as relu2 compare counts a side.  A commit that
+    does not declare the interface, does not build or that ncu cannot count gives every cell the reason."""
     def oracle(commit: str, cells: Sequence[str]) -> dict[str, Work | str]:
         why = declared_implementations(repo, commit)[1]
         if why:
             return {c: why for c in cells}
         wanted = list(dict.fromkeys(targets[c].cell for c in cells))
-        with tempfile.TemporaryDirectory(prefix="relu2-bisect-") as tmp:
-            scratch = Path(tmp)
-            try:
-                with compare.ruler(scratch) as ruler, compare.side(repo, "probe", commit, scratch,
-                                                                   lambda line: None) as side:
-                    counted = counters.count(wanted, env=compare._env(side, ruler), cwd=scratch)
-            except UsageError as e:  # it does not install
-                return {c: _unmeasurable(str(e)) for c in cells}
-            except RuntimeError as e:
-                return {c: f"not counted: {e}" for c in cells}
+        mine = scratch / f"count-{commit[:12]}"
+        mine.mkdir()
+        try:
+            with compare.side(repo, "probe", commit, mine, lambda line: None) as side:
+                counted = counters.count(wanted, env=compare._env(side, ruler), cwd=mine)
+        except UsageError as e:  # it does not install
+            return {c: _unmeasurable(str(e)) for c in cells}
+        except (RuntimeError, ValueError, OSError) as e:  # ncu failed, or wrote what cannot be read
+            return {c: f"not counted: {e}" for c in cells}
+        finally:
+            shutil.rmtree(mine, ignore_errors=True)
         return {c: counted.work(targets[c].cell) or counted.failed.get(targets[c].cell, "not counted") for c in cells}
 
     return oracle
+
+
+def count_first(repo: Path, commits: Sequence[str], targets: Mapping[str, "confirm.Target"], device: str,
+                say: Callable[[str], None]) -> dict:
+    """What the counters decide before any timing, as the state file keeps it: ``cells`` (the findings
+    of the cells bisected by counters, as dicts), ``commits`` (commits counted) and ``why`` (why the
+    counters could not be read, or some cells not counted at GOOD or BAD; "" when they were)."""
+    why = counters.unavailable(device)
+    if why:
+        say(f"relu2 bisect: work counters {why}: every cell is bisected by its time")
+        return {"cells": [], "commits": 0, "why": why}
+    with tempfile.TemporaryDirectory(prefix="relu2-bisect-") as tmp, compare.ruler(Path(tmp)) as ruler:
+        found, counted, why = work_search(commits, list(targets), counting_oracle(repo, targets, ruler, Path(tmp)), say)
+    return {"cells": [asdict(f) for f in found], "commits": counted, "why": why}
 
 
 # --- measuring one step ---------------------------------------------------------------------------
@@ -420,6 +444,7 @@ class Plan:
     factor: float = DEFAULT_FACTOR  # where ``factors`` names no factor for a cell
     budget: int = DEFAULT_BUDGET
     factors: dict[str, float] = field(default_factory=dict)  # per cell, from the same-box model
+    counted: dict = field(default_factory=dict)  # what the counters decided first (``count_first``), kept
 
     def factor_of(self, cell: str) -> float:
         return self.factors.get(cell, self.factor)
@@ -429,22 +454,32 @@ class Plan:
                 other.get("factors", {})) == (self.commits, self.cells, self.factor, self.budget, self.factors)
 
 
-def load_steps(plan: Plan, state: Path | None) -> list[Step]:
-    """The steps of an earlier run of the same search from ``state`` ([] when there is none);
-    UsageError when the file holds another search, or is not a state file."""
+def read_state(state: Path | None) -> dict | None:
+    """A state file's data (None when there is none); UsageError when it is not a state file."""
     if state is None or not state.exists():
-        return []
+        return None
     try:
         data = json.loads(state.read_text(encoding="utf-8"))
         if data.get("format") != STATE_FORMAT:
             raise ValueError(f"format {data.get('format')!r}, not {STATE_FORMAT}")
-        steps = [Step.from_json(s) for s in data["steps"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        data["steps"] = [Step.from_json(s) for s in data["steps"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise UsageError(f"{state}: not a relu2 bisect state file ({e})") from None
+    return data
+
+
+ANOTHER = "holds another bisection (other commits, cells, factor or budget): name another --state, or remove it to start again"
+
+
+def load_steps(plan: Plan, state: Path | None) -> list[Step]:
+    """The steps of an earlier run of the same search from ``state`` ([] when there is none);
+    UsageError when the file holds another search, or is not a state file."""
+    data = read_state(state)
+    if data is None:
+        return []
     if not plan.same_search(data):
-        raise UsageError(f"{state} holds another bisection (other commits, cells, factor or budget): "
-                         "name another --state, or remove it to start again")
-    return steps
+        raise UsageError(f"{state} {ANOTHER}")
+    return data["steps"]
 
 
 def save_steps(plan: Plan, steps: Sequence[Step], state: Path | None) -> None:
@@ -587,8 +622,8 @@ class Report:
     findings: list[Finding]
     subjects: dict[str, str]
     state: str
-    counted: int = 0  # commits counted by counters (0: no cell was bisected by counters)
-    counters_why: str = ""  # why no cell could be (no CUDA, no ncu), "" when they were counted
+    counted: int = 0  # commits where some cell's work was counted (``count_first``)
+    counters_why: str = ""  # why the counters could not be read, or some cells not counted ("": every cell was)
 
     @property
     def exit_code(self) -> int:
@@ -632,20 +667,25 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
     by_name = {t.name: t for t in targets}
     commits = first_parent_range(repo, good, bad)
     state = state or default_state(repo, commits, list(by_name))
-    # Written after every step: a state file that cannot be written is refused before anything is
-    # measured, and one that is not this search's own is never replaced (load_steps refuses it).
+    # Written after the counts and every step: a state file that cannot be written, is not a state
+    # file or is of other commits is refused before anything is measured, and one that is not this
+    # search's own is never replaced (load_steps refuses it).
     claim_file(state, "--state", own=lambda _: True)
+    saved = read_state(state)
+    if saved is not None and saved.get("commits") != commits:
+        raise UsageError(f"{state} {ANOTHER}")
     say = progress or (lambda line: None)
-    why = counters.unavailable(device)
-    if why:
-        say(f"relu2 bisect: work counters {why}: every cell is bisected by its time")
-        by_counters, counted = [], 0
-    else:
-        by_counters, counted = work_search(commits, list(by_name), counting_oracle(repo, by_name, device), say)
+    # A resumed search keeps what the counters decided when it began (a state of a search begun
+    # before bisect counted holds none: every cell was timed).
+    counted = (count_first(repo, commits, by_name, device, say) if saved is None else
+               saved.get("counted") or {"cells": [], "commits": 0, "why": "a bisection begun without counters"})
+    by_counters = [Finding(**f) for f in counted["cells"]]
     timed = {name: t for name, t in by_name.items() if name not in {f.cell for f in by_counters}}
     factors = {} if factor is not None else model_factors(timed, _gpu(device))
-    plan = Plan(commits, list(timed), factor or DEFAULT_FACTOR, budget, factors)
+    plan = Plan(commits, list(timed), factor or DEFAULT_FACTOR, budget, factors, counted)
     steps = load_steps(plan, state)
+    if saved is None:
+        save_steps(plan, steps, state)  # the counts are kept: the same command never counts again
     if timed:
         say(f"relu2 bisect: {len(commits) - 1} commit{'s' * (len(commits) != 2)} after GOOD {commits[0][:10]} up to BAD "
             f"{commits[-1][:10]} (first parent), {len(timed)} cell{'s' * (len(timed) != 1)} timed; state {state}"
@@ -653,7 +693,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
         steps = search(plan, confirm_oracle(repo, timed, device), steps, state, say)
     tracks = replay(plan, steps)
     return Report(str(repo), plan, steps, by_counters + findings(commits, tracks, steps), git.subjects(repo, commits),
-                  str(state), counted, why)
+                  str(state), counted["commits"], counted["why"])
 
 
 def _gpu(device: str) -> str:
@@ -691,7 +731,7 @@ def format_text(report: Report) -> str:
              f"commit{'s' * (len(commits) != 2)}, "
              + (f"{report.counted} commits counted by counters, " if report.counted else "")
              + f"{measured} measured steps" + (f", {skipped} skipped unmeasured" if skipped else "")
-             + f", {_rule(report.plan)}, at most {report.plan.budget} rounds a step"]
+             + (f", {_rule(report.plan)}, at most {report.plan.budget} rounds a step" if report.plan.cells else "")]
     for f in report.findings:
         if f.by == "counters":
             lines.append(f"{f.cell}: the first commit whose work is not GOOD's is "

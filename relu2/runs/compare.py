@@ -194,8 +194,9 @@ def side(repo: Path, name: str, commit: str, scratch: Path, say: Say = _stderr,
     try:
         began = time.perf_counter()
         site = _install(tree, scratch / f"site-{name}", f"{name} ({commit[:8]})")
+        built = Side(name, commit, site, project_name(tree))
         say(f"{label}: {name} {commit[:8]} built in {time.perf_counter() - began:.0f} s")
-        yield Side(name, commit, site, project_name(tree))
+        yield built
     finally:  # a tree whose folder went first (an interrupt unwinding the scratch) is pruned
         git.worktree_remove(repo, tree)
 
