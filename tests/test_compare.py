@@ -222,7 +222,7 @@ def test_a_side_s_process_finds_asv_where_the_caller_found_it(tmp_path):
     code = ("from relu2.runs import compare; from pathlib import Path\n"
             "side = compare.Side('base', 'abc', Path('/x/site'))\n"
             "ruler = compare.Ruler(Path('/x/instrument'), Path('/x/benchmarks'))\n"
-            "print(compare._env(side, ruler)['PYTHONPATH'])")
+            "print(compare.side_env(side, ruler)['PYTHONPATH'])")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip().split(os.pathsep) == ["/x/instrument", "/x/site", str(tmp_path)]

@@ -254,15 +254,19 @@ def findings(commits: Sequence[str], tracks: Mapping[str, Track], steps: Sequenc
                 bad = len(commits) - 1  # step 0's figures of BAD, its paired move from GOOD
                 out.append(Finding(track.cell, NOT_REPRODUCED, figures={"step 0": _figures_of(track.cell, bad, steps, bad)}))
             continue
-        between = [(i, why) for i, why in sorted(track.skipped) if track.lo < i < track.hi]
-        verdict = RANGE if between else CULPRIT
-        out.append(Finding(
-            track.cell, verdict, commits[track.hi], commits[track.lo],
-            candidates=list(commits[track.lo + 1:track.hi + 1]),
-            skipped=[{"commit": commits[i], "reason": why} for i, why in between],
-            figures={"first_bad": _figures_of(track.cell, track.hi, steps, len(commits) - 1),
-                     "last_good": _figures_of(track.cell, track.lo, steps, len(commits) - 1)}))
+        out.append(bracketed(track, commits, figures={
+            "first_bad": _figures_of(track.cell, track.hi, steps, len(commits) - 1),
+            "last_good": _figures_of(track.cell, track.lo, steps, len(commits) - 1)}))
     return out
+
+
+def bracketed(track: Track, commits: Sequence[str], **said) -> Finding:
+    """A finished search's answer for its cell: the culprit, or the range when commits between its
+    last like GOOD and first like BAD were skipped (each with why); ``said``: the Finding's other fields."""
+    between = [(i, why) for i, why in sorted(track.skipped) if track.lo < i < track.hi]
+    return Finding(track.cell, RANGE if between else CULPRIT, commits[track.hi], commits[track.lo],
+                   candidates=list(commits[track.lo + 1:track.hi + 1]),
+                   skipped=[{"commit": commits[i], "reason": why} for i, why in between], **said)
 
 
 def _figures_of(cell: str, index: int, steps: Sequence[Step], last: int = -1) -> dict:
@@ -335,13 +339,8 @@ def work_search(commits: Sequence[str], cells: Sequence[str], count: WorkOracle,
         said = "; ".join(f"{n} {'skipped' if not isinstance(got.get(n), Work) else 'like GOOD' if tracks[n].lo == index else 'like BAD'}"
                          for n in names)
         say(f"relu2 bisect: counted {commits[index][:10]} (#{index} of {last}): {said}")
-    out = []
-    for t in tracks.values():
-        between = [(i, why) for i, why in sorted(t.skipped) if t.lo < i < t.hi]
-        out.append(Finding(t.cell, RANGE if between else CULPRIT, commits[t.hi], commits[t.lo],
-                           candidates=list(commits[t.lo + 1:t.hi + 1]),
-                           skipped=[{"commit": commits[i], "reason": why} for i, why in between],
-                           by="counters", work=describe_change(works[t.lo][t.cell], works[t.hi][t.cell])))
+    out = [bracketed(t, commits, by="counters", work=describe_change(works[t.lo][t.cell], works[t.hi][t.cell]))
+           for t in tracks.values()]
     counted = sum(1 for got in works.values() if any(isinstance(w, Work) for w in got.values()))
     return out, counted, why
 
@@ -361,7 +360,7 @@ def counting_oracle(repo: Path, targets: Mapping[str, "confirm.Target"], ruler: 
         mine.mkdir()
         try:
             with compare.side(repo, "probe", commit, mine, lambda line: None) as side:
-                counted = counters.count(wanted, env=compare._env(side, ruler), cwd=mine)
+                counted = counters.count(wanted, env=compare.side_env(side, ruler), cwd=mine)
         except UsageError as e:  # it does not install
             return {c: _unmeasurable(str(e)) for c in cells}
         except (RuntimeError, ValueError, OSError) as e:  # ncu failed, or wrote what cannot be read

@@ -238,7 +238,8 @@ def _tool_paths() -> list[str]:
     return found
 
 
-def _env(side: Side, ruler: Ruler, **extra: str) -> dict[str, str]:
+def side_env(side: Side, ruler: Ruler, **extra: str) -> dict[str, str]:
+    """The environment a child measuring (or counting) ``side`` with ``ruler`` runs in."""
     # The side's own folders first; the tools last, so they never shadow the code under test.
     path = [str(ruler.instrument), str(side.site), *_tool_paths()]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(path),
@@ -254,7 +255,7 @@ def _child(action: str, request: dict, side: Side, ruler: Ruler, scratch: Path, 
     # cwd: `python -m` puts it first on sys.path; the scratch folder shadows neither the instrument
     # nor the side's implementations.
     return run_child([sys.executable, "-m", "relu2.runs.compare", action, str(path)], timeout_s=timeout_s,
-                     env=_env(side, ruler, **env), cwd=scratch, log=path.with_suffix(".log") if log else None)
+                     env=side_env(side, ruler, **env), cwd=scratch, log=path.with_suffix(".log") if log else None)
 
 
 @dataclass
@@ -333,7 +334,7 @@ def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Mea
         return
     began = time.perf_counter()
     try:
-        sides = [counters.count(changed, env=_env(side, ruler), cwd=scratch) for side in (b, h)]
+        sides = [counters.count(changed, env=side_env(side, ruler), cwd=scratch) for side in (b, h)]
     except RuntimeError as e:
         write_work(folder, f"not counted: {e}")
         return
