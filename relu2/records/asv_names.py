@@ -15,6 +15,7 @@ Torch-free: every reader (gate, noise, confirm, export, publish, plots) imports 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -146,7 +147,8 @@ def unit_of(benchmark: str) -> str:
     return "seconds" if measure in MODE_NAMES or measure == SUMMARY else ""
 
 
-def decode(benchmark: str, params: Sequence[tuple[str, str]], unit: str) -> Cell:
+@functools.cache  # pure, and asked again for the same cell by every reader of a record
+def decode(benchmark: str, params: tuple[tuple[str, str], ...], unit: str) -> Cell:
     """``bench_relu2.Grid.track_hot`` at (impl, dtype, numel), unit seconds -> Cell(suite, "hot", ...)."""
     suite, method, name = split(benchmark)
     named = dict(params)

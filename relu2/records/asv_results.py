@@ -207,6 +207,7 @@ def cell_status(value: float | None) -> str:
     return OK
 
 
+@functools.cache  # a few distinct values, repeated in every cell of every file
 def unquote(value_repr: str) -> str:
     """A parameter value as asv stores it (its ``repr``) back to plain text: ``"'fused'"`` -> ``fused``."""
     try:
