@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from relu2.measure.cell import CellResult, Outcome
+from relu2.measure.outcome import CellResult, Outcome
 from relu2.measure.rounds import merge, measure, rounds_from_env
 from relu2.vocab.schema import FAILED, OK, SKIPPED, Cell
 from relu2.measure.timing import Timing
@@ -129,3 +129,20 @@ def test_a_compiled_path_generates_the_same_fingerprinted_kernel_in_every_round(
     result = done.cells[cells[0]]
     assert result.status == OK, result.reason
     assert result.kernel and all(len(o.timing.samples_s) == 2 for o in result.outcomes.values())
+
+
+def test_a_round_s_coordinator_reads_results_without_importing_torch():
+    """The process that runs a round (or a sweep) starts the workers, sends them cells and unpickles
+    their results; torch is the workers' (a second and more of every round's start, on a CPU)."""
+    import pickle
+    import subprocess
+    import sys
+
+    result = pickle.dumps(_round({"hot": 1e-6, "cold": 2e-6}))
+    code = ("import pickle, sys\n"
+            "from relu2.measure import isolation, outcome, rounds, sweep, timing\n"
+            "r = pickle.loads(sys.stdin.buffer.read())\n"
+            "assert r.median('hot') == 1e-6 and timing.ROUND_BUDGET and rounds.merge([r]).status == 'ok'\n"
+            "print('torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], input=result, capture_output=True, check=True)
+    assert out.stdout.decode().strip() == "False", out.stderr.decode()

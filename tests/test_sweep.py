@@ -223,7 +223,7 @@ class _Planted:
     """A measurer giving each cell its planted median (compile fp16 1x4096: 400x its neighbours)."""
 
     def measure(self, cell, modes, device, budget):
-        from relu2.measure.cell import CellResult, Outcome
+        from relu2.measure.outcome import CellResult, Outcome
         from relu2.measure.timing import Timing
 
         linear = {"eager": 20e-6, "copy": 10e-6}.get(cell.impl, 0.0) * max(1, cell.numel / 16384)

@@ -10,62 +10,16 @@ from __future__ import annotations
 import gc
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
 
 from relu2.measure.agreement import AgreementError, check_agreement
 from relu2.measure.inputs import dtype_of, random_input
+from relu2.measure.outcome import CellResult, Outcome, all_modes, describe, first_line
 from relu2.measure.registry import Implementation, get
-from relu2.measure.timing import Budget, Timing, peak_memory_bytes, time_fn
+from relu2.measure.timing import Budget, peak_memory_bytes, time_fn
 from relu2.vocab.schema import FAILED, OK, SKIPPED, Cell
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One figure of a cell: its Timing when status is "ok", else the reason it has none."""
-
-    status: str
-    reason: str = ""
-    timing: Timing | None = None
-
-    @property
-    def median_s(self) -> float:
-        return self.timing.median_s if self.timing else float("nan")
-
-
-@dataclass
-class CellResult:
-    """Everything measured for one cell; plain data, so it crosses from a worker process to the sweep.
-
-    ``status`` is the cell's own: "ok" once it passed the agreement check (or needs none, like
-    ``copy``), "failed" when it disagreed or the check raised, "skipped" when it cannot run here.
-    ``outcomes`` has one Outcome per mode; a mode can fail on its own (say, the implementation
-    cannot be captured in a CUDA graph) while the others are timed.  ``peak_bytes`` is the GPU
-    memory one call allocates at its peak (None off CUDA or when not measured).
-    """
-
-    cell: Cell
-    status: str
-    reason: str = ""
-    outcomes: dict[str, Outcome] = field(default_factory=dict)
-    peak_bytes: int | None = None
-    kernel: str = ""  # the implementation's fingerprint of what ran for this input
-    # Where the cell's time went, by phase ("prepare", "agreement", "input", "fingerprint", each mode,
-    # "peak memory", "cleanup"; a worker pool adds "transfer", the rest of its round trip): what a
-    # commit's measurement costs, and where rounds are paid for.
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    def median(self, mode: str) -> float:
-        """The mode's median in seconds, NaN when it was not timed."""
-        outcome = self.outcomes.get(mode)
-        return outcome.median_s if outcome else float("nan")
-
-
-def all_modes(cell: Cell, modes: Sequence[str], status: str, reason: str) -> CellResult:
-    """A cell with no figure: every mode gets ``status`` and ``reason``."""
-    return CellResult(cell, status, reason, {mode: Outcome(status, reason) for mode in modes})
 
 
 def measure_cell(cell: Cell, modes: Sequence[str], device: str, budget: Budget | None = None) -> CellResult:
@@ -168,15 +122,6 @@ def _time_mode(impl: Implementation, x: torch.Tensor | None, mode: str, budget: 
     except Exception as e:
         free_memory(device)
         return Outcome(FAILED, f"timing {mode} raised {describe(e)}")
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def describe(e: BaseException) -> str:
-    return f"{type(e).__name__}: {first_line(e)}"
 
 
 def free_memory(device: str, collect: bool = True) -> None:

@@ -125,7 +125,8 @@ def _child(plan_path: str, done_path: str) -> int:
     import torch
 
     from relu2.measure.agreement import AgreementError
-    from relu2.measure.cell import describe, free_memory, prepare_and_check
+    from relu2.measure.cell import free_memory, prepare_and_check
+    from relu2.measure.outcome import describe
     from relu2.measure.inputs import dtype_of, random_input
     from relu2.measure.registry import get
 

@@ -38,6 +38,7 @@ import os
 import pickle
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -52,7 +53,7 @@ from relu2.vocab.interface import why_not
 from relu2.vocab.schema import FAILED, SKIPPED, Cell
 
 if TYPE_CHECKING:
-    from relu2.measure.cell import CellResult
+    from relu2.measure.outcome import CellResult
     from relu2.measure.timing import Budget
 
 DEFAULT_TIMEOUT_S = 300.0  # per implementation and input: a cold compile or a 2^30-element cell fits
@@ -135,7 +136,8 @@ def _worker_main(conn, name: str, registered: bytes, device: str, cache_dir: str
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
     from relu2.measure import registry
-    from relu2.measure.cell import all_modes, describe, measure_cell
+    from relu2.measure.cell import measure_cell
+    from relu2.measure.outcome import all_modes, describe
 
     try:
         for impl in pickle.loads(registered):
@@ -181,7 +183,7 @@ def _broken_context(device: str) -> str:
         torch.cuda.synchronize()
         torch.empty(1, device="cuda").add_(1).item()
     except Exception as e:  # noqa: BLE001  any error here means the context is gone
-        from relu2.measure.cell import describe
+        from relu2.measure.outcome import describe
 
         return describe(e)
     return ""
@@ -303,9 +305,10 @@ class WorkerPool:
     # -- start-up --------------------------------------------------------------------------------
 
     def _start(self, names: list[str], startup_timeout_s: float) -> None:
-        from relu2.measure.registry import registered_here
-
-        here = registered_here()
+        # Registered here means registered through the registry, so a process that never imported
+        # it (a round's coordinator) has nothing to send, and need not import torch to learn that.
+        registry = sys.modules.get("relu2.measure.registry")
+        here = registry.registered_here() if registry is not None else {}
         for name in names:
             if self.cache_root is None:
                 cache_dir = tempfile.mkdtemp(prefix=f"relu2-worker-{name}-")
@@ -356,7 +359,7 @@ class WorkerPool:
 
     def measure(self, cell: Cell, modes: Sequence[str], device: str, budget: "Budget | None") -> "CellResult":
         """The cell measured by its implementation's worker; a dead or silent worker fails the cell."""
-        from relu2.measure.cell import all_modes
+        from relu2.measure.outcome import all_modes
 
         if device != self.device:
             raise ValueError(f"this pool measures on {self.device}, not {device}")

@@ -40,7 +40,7 @@ from relu2.vocab.errors import UsageError
 from relu2.vocab.schema import FAILED, MAX_ROUNDS, MIN_ROUNDS, OK, SKIPPED, Cell, with_picks
 
 if TYPE_CHECKING:
-    from relu2.measure.cell import CellResult
+    from relu2.measure.outcome import CellResult
     from relu2.measure.timing import Budget
 
 ENV_ROUNDS = "RELU2_ROUNDS"
@@ -63,7 +63,7 @@ def rounds_from_env(default: int = MIN_ROUNDS) -> int:
 
 def merge(rounds: Sequence["CellResult"]) -> "CellResult":
     """One cell's results of several rounds as one: per mode, the rounds' medians as its samples."""
-    from relu2.measure.cell import CellResult, Outcome
+    from relu2.measure.outcome import CellResult, Outcome
     from relu2.measure.timing import Timing
 
     if not rounds:

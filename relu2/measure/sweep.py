@@ -36,7 +36,7 @@ from relu2.vocab.errors import UsageError
 from relu2.vocab.schema import MODE_NAMES, ROOFLINE, Cell, check_modes, format_bytes, itemsize
 
 if TYPE_CHECKING:
-    from relu2.measure.cell import CellResult
+    from relu2.measure.outcome import CellResult
     from relu2.measure.timing import Budget
 
 GroupKey = tuple[str, tuple[int, ...]]  # (dtype, shape): one input, measured in one go with its copy

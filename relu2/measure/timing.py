@@ -27,16 +27,18 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-import torch
-
-from relu2.measure.inputs import dtype_name
 from relu2.vocab.schema import MODE_NAMES, bytes_moved, default_sizes, grid_shape
 from relu2.vocab.schema import mode as _mode
 from relu2.vocab.schema import quantile
 
-Fn = Callable[[torch.Tensor], torch.Tensor]
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported by the functions that time: a round's coordinating process reads the budgets
+# and never touches a tensor, and importing torch would cost it a second and more a round.
+Fn = Callable[["torch.Tensor"], "torch.Tensor"]
 
 # cold: the buffers a sample touches between two uses of one input exceed this many times the
 # last-level cache, so nothing of the input survives in it.
@@ -123,6 +125,7 @@ def cpu_cache_bytes(cache_dir: Path = _CPU_CACHE_DIR) -> int:
 
 def l2_bytes(device: str | torch.device = "cuda") -> int:
     """The last-level cache in bytes: the GPU's L2 for a CUDA device, the CPU's LLC otherwise."""
+    import torch
     device = torch.device(device)
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).L2_cache_size)
@@ -138,6 +141,7 @@ def time_fn(fn: Fn, x: torch.Tensor, mode: str, budget: Budget | None = None) ->
     ``fn`` must already work on ``x`` (check it first: the warm-up here is not a correctness
     check) and, on CUDA, be capturable in a CUDA graph for ``hot`` and ``cold``.
     """
+    import torch
     _mode(mode)  # ValueError for an unknown mode
     budget = budget or DEFAULT_BUDGET
     device = "cuda" if x.device.type == "cuda" else "cpu"
@@ -191,6 +195,7 @@ def _rotation(fn: Fn, x: torch.Tensor, n_sets: int) -> Callable[[int], None]:
     Keeping the outputs alive for a whole cycle means every call also writes to memory that was
     last touched a cycle ago, not to the buffer the previous call just freed.
     """
+    import torch
     inputs = [x] + [x.clone() for _ in range(n_sets - 1)]
     outputs: list[torch.Tensor | None] = [None] * n_sets
     turn = 0
@@ -234,6 +239,7 @@ def _available_host_bytes() -> int:
 
 
 def _cpu_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
+    from relu2.measure.inputs import dtype_name
     set_bytes = bytes_moved(x.numel(), dtype_name(x.dtype))
     n_sets = cpu_rotation_sets(set_bytes, cpu_cache_bytes(), _available_host_bytes())
     return _wallclock_samples(_rotation(fn, x, n_sets), _no_sync, budget)
@@ -245,6 +251,7 @@ def _event_ms(work: Callable[[], object], before: Callable[[], object] | None = 
     ``before`` runs first, untimed; when it is long GPU work (a flush), the host has queued
     ``work`` before the GPU reaches it, so the host's launch cost stays out of the figure.
     """
+    import torch
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     if before is not None:
@@ -275,6 +282,7 @@ def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
 
 def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> list[float]:
     """``do_bench_cudagraph``'s method: replay a graph of n back-to-back calls; seconds per call."""
+    import torch
     with torch.cuda.stream(torch.cuda.Stream()):  # capture may not run on the default stream
         call()
         estimate_s = _event_ms(lambda: [call() for _ in range(5)]) / 5 / 1e3
@@ -290,6 +298,8 @@ def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> list[floa
 
 
 def _cuda_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
+    import torch
+    from relu2.measure.inputs import dtype_name
     device = x.device
     l2 = l2_bytes(device)
     set_bytes = max(1, bytes_moved(x.numel(), dtype_name(x.dtype)))
@@ -331,6 +341,7 @@ def _cuda_cold_large(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     A flush before such a sample gained nothing and cost stability: its dirty lines drained to
     memory during the timed call, and with one call a sample the samples split into two modes.
     """
+    import torch
     with torch.cuda.stream(torch.cuda.Stream(x.device)):
         fn(x)
         estimate_s = min(_event_ms(lambda: fn(x)) for _ in range(3)) / 1e3
@@ -349,6 +360,7 @@ def _cuda_cold_large(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
 
 
 def _cuda_launch(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
+    import torch
     def sync() -> None:
         torch.cuda.synchronize(x.device)
 
@@ -367,6 +379,7 @@ TIMERS: dict[str, dict[str, Callable[[Fn, torch.Tensor, Budget], list[float]]]] 
 
 def peak_memory_bytes(fn: Fn, x: torch.Tensor) -> int | None:
     """GPU bytes allocated at the peak of one call of ``fn(x)`` above what was allocated before; None off CUDA."""
+    import torch
     if x.device.type != "cuda":
         return None
     torch.cuda.synchronize(x.device)
@@ -388,6 +401,7 @@ def copy_bandwidth(device: str | torch.device = "cuda", numel: int | None = None
     every figure's roofline_fraction is measured against exactly this copy; far above the L2, so it is
     the DRAM figure.
     """
+    import torch
     from relu2.measure.inputs import dtype_of, random_input
     from relu2.measure.registry import copy_bytes
 
