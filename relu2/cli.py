@@ -463,12 +463,16 @@ def cmd_noise(args: argparse.Namespace) -> int:
         return _fail("noise", "learn needs RESULTS_DIR... (cross-box) or --same-box COMPARE_DIR...")
     if args.results and args.same_box:
         return _fail("noise", "one kind of model at a time: RESULTS_DIR... (cross-box) or --same-box (same-box)")
+    if args.changed_work_only and not args.same_box:
+        return _fail("noise", "--changed-work-only is for a same-box model (--same-box COMPARE_DIR...)")
 
     outputs.claim_file(args.out, force=args.force, own=noise.holds_models)
     command = " ".join(["relu2 noise learn", *args.results, *(f"--same-box {d}" for d in args.same_box),
-                        *(f"--exclude-box {b}" for b in args.exclude_box), f"--out {args.out}"])
+                        *(f"--exclude-box {b}" for b in args.exclude_box),
+                        *(["--changed-work-only"] if args.changed_work_only else []), f"--out {args.out}"])
     boxes = learn.resolve_boxes(args.results, args.exclude_box) if args.exclude_box else []
-    model = learn.noise_learn(args.results, args.out, same_box=args.same_box, exclude_boxes=boxes, command=command)
+    model = learn.noise_learn(args.results, args.out, same_box=args.same_box, exclude_boxes=boxes, command=command,
+                              changed_work_only=args.changed_work_only)
     for f in model.fits:
         print(f"{f.family:<14} {f.mode:<6} {f.band:<8} {f.cells:>5} cases from {f.pairs:>2} pairs; ratio at 1000 "
               f"gated cells {model.ratio(f.key, 1000):.3f}x")
@@ -890,6 +894,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--same-box", action="append", default=[], metavar="COMPARE_DIR",
                    help="learn (or check) the same-box model from these compare folders (A/A: cells whose kernel "
                    "is the same on both sides, so a planted compare's other implementations count too)")
+    p.add_argument("--changed-work-only", action="store_true",
+                   help="with --same-box: the model judges only the cells whose exact work changed (the other cells "
+                   "keep the GPU's cross-box model): for a GPU whose same-box model failed more no-change "
+                   "comparisons out of sample than the budget allows (docs/methodology.md)")
     p.add_argument("--out", type=_out_file, default=None, help="where to write the model (required for learn; a "
                    "file that holds models of other GPUs or kinds keeps them; a file the repository ships, such as "
                    "relu2/noise_model.json, needs --force)")

@@ -365,7 +365,10 @@ def test_every_machine_the_workflow_measures_is_judged_by_the_shipped_model(tmp_
     for machine, gpu in _machines().items():
         report = reports[machine]["report"]
         assert reports[machine]["exit"] == 0 and "relu2 gate: PASS" in report, report
-        assert f"no same-box noise model for {gpu}: {SHIPPED_NOTE}" in report  # the shipped file's, not a test's
+        # the shipped file's model, not a test's (the H200's same-box model judges only cells whose work changed)
+        gpu_ = re.escape(gpu)
+        assert re.search(rf"no same-box noise model for {gpu_}: {SHIPPED_NOTE} \(wider: two boxes"
+                         rf"|{SHIPPED_NOTE} \(wider: the same-box model of {gpu_} ", report), report
         planned = re.search(r"\((\d+) of (\d+) planned cells\)", report)
         assert planned and planned.group(1) == planned.group(2) and int(planned.group(2)) > 2000, report
 

@@ -53,6 +53,29 @@ def test_rounds_alternate_abba():
     assert compare.order(4) == ["base", "head", "head", "base", "base", "head", "head", "base"]
 
 
+def test_more_rounds_go_on_the_compare_s_abba_order_and_keep_its_numbering(tmp_path, monkeypatch):
+    """The rounds a compare adds for unsettled cells are rounds 4, 5, 6 of the same ABBA sequence (round
+    4 starts with head, as round 2 did), only the cells asked for, each a file of its own number."""
+    asked = []
+
+    def child(action, request, side, ruler, scratch, timeout_s, **env):
+        asked.append((Path(request["out"]).name, request["cells"]))
+        Path(request["out"]).write_bytes(b"measured")
+        return compare.Ended(0, "")
+
+    monkeypatch.setattr(compare, "_child", child)
+    b, h = (compare.Side(name, "0" * 40, tmp_path) for name in ("base", "head"))
+    ruler = compare.Ruler(tmp_path, tmp_path)
+    cell = compare.Cell("fused", "bfloat16", 1024, (1024,))
+    done = compare.measure_sides(b, h, ruler, tmp_path, 3, "cpu", cells=[cell], keep=tmp_path, first=4,
+                                 say=lambda line: None)
+    assert done.order == compare.order(6)[6:] == ["head", "base", "base", "head", "head", "base"]
+    assert [name for name, _ in asked] == [f"round-{r}-{s}.partial" for r, s in
+                                           ((4, "head"), (4, "base"), (5, "base"), (5, "head"), (6, "head"), (6, "base"))]
+    assert all(cells == [cell.to_json()] for _, cells in asked)
+    assert [p.name for p in done.rounds["base"]] == ["round-4-base.pickle", "round-5-base.pickle", "round-6-base.pickle"]
+
+
 def test_a_bad_ref_is_one_line_not_gits_usage_text(tmp_path, capsys):
     line = refused(["compare", "nosuch-ref", "HEAD", "--out", str(tmp_path / "c")], capsys, "'nosuch-ref'",
                     "names no commit")

@@ -330,7 +330,7 @@ def test_markdown_and_json_reports(results):
                          "vanished", "allowed_to_vanish", "not_gated", "improvements", "resolution", "spread", "cpu",
                          "overrides", "flagged", "unconfirmed", "confirmation", "failed_at_base", "noise_model",
                          "repicked", "reference_moves", "unjudged", "stack_moves", "paired", "notes", "cells",
-                         "contradicted", "missing", "planned"}
+                         "contradicted", "missing", "planned", "undecided"}
     assert data["contradicted"] is False and data["missing"] == [] and data["planned"] is None  # no --plan given
     (regression,) = data["regressions"]
     assert regression["params"] == {"impl": "fused", "dtype": "bfloat16", "numel": "16777216"}

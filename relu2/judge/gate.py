@@ -44,7 +44,7 @@ from relu2.records.compare_folder import RECORDED_NAME, CompareFolder, shown
 from relu2.records.confirmed import read_remeasurement
 from relu2.records.plan import Plan, read_plan
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import OK
+from relu2.vocab.schema import OK, band_named
 
 UNKNOWN_GROUP_WHY = "no learned noise for this family, mode and band: reported, not gated"
 REPORTED_BEYOND = 1.10  # a cell not gated is listed (never failing) when it moved more than this
@@ -60,13 +60,25 @@ def stack_differences(base: dict, head: dict) -> str:
 
 
 def pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: float | None,
-               cpu: bool) -> tuple[NoiseModel | None, str]:
-    """The model that judges, and a note.  Never another GPU's: a GPU with no model of its own is
-    refused, or gated by ``--factor`` only; a same-box comparison without a same-box model is judged
-    with the cross-box one (wider) and says so; a CPU is gated only with a model or ``--factor``."""
+               cpu: bool) -> tuple[NoiseModel | None, str, NoiseModel | None]:
+    """The model that judges, a note, and the model that judges the cells whose exact work changed.
+    Never another GPU's: a GPU with no model of its own is refused, or gated by ``--factor`` only; a
+    same-box comparison without a same-box model for every cell is judged with the cross-box one
+    (wider) and says so; a CPU is gated only with a model or ``--factor``."""
+    model, note = _pick_model(gpu, kind, path, factor, cpu)
+    changed = noise.model_for(noise.load_models(path), gpu, kind) if kind == noise.SAME_BOX else None
+    if changed is not None and changed.changed_work_only and factor is None:
+        note = (f"the cells whose work did not change are judged with its cross-box model (wider: the same-box "
+                f"model of {gpu} failed more A/As out of sample than the budget allows); the cells whose exact work "
+                f"changed with its same-box model (learned at {changed.rounds} rounds a side, read at theirs)")
+    return model, note, (changed if factor is None else None) or model
+
+
+def _pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: float | None,
+                cpu: bool) -> tuple[NoiseModel | None, str]:
     models = noise.load_models(path)
     model = noise.model_for(models, gpu, kind)
-    if model is not None:
+    if model is not None and not model.changed_work_only:
         return model, ""
     if factor is not None:
         return None, f"no {kind} noise model for {gpu or 'this machine'}: every gated cell is judged by --factor " \
@@ -86,19 +98,22 @@ def pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: floa
 
 
 def make_rule_for(model: NoiseModel | None, l2_bytes: int, *, factor: float | None, floor_s: float | None,
-                  gate_launch: float | None, why_not: str = ""):
-    """The rule of a cell in a comparison of ``gated`` gated cells, with the command line's overrides."""
+                  gate_launch: float | None, why_not: str = "", changed: NoiseModel | None = None):
+    """The rule of a cell in a comparison of ``gated`` gated cells, with the command line's overrides;
+    a cell whose exact work changed (``changed_work``) is judged by ``changed`` (default ``model``)."""
     floor = (model.floor_s if model else noise.DEFAULT_FLOOR_S) if floor_s is None else floor_s
     launch_floor = 0.0 if floor_s is None else floor_s
 
-    def rule_for(m: Measurement, gated: int) -> Rule:
+    def rule_for(m: Measurement, gated: int, changed_work: bool = False) -> Rule:
         mode = m.cell.timing_mode
         if mode in GATED_MODES:
             if factor is not None:
                 return Rule(True, factor, floor)
+            key = noise.group_of(m.cell, l2_bytes)
+            if changed_work and changed is not None and changed.fit_for(key) is not None:
+                return changed_rule(changed, m, gated, l2_bytes, floor)
             if model is None:
                 return Rule(False, REPORTED_BEYOND, floor, why_not)
-            key = noise.group_of(m.cell, l2_bytes)
             ratio = model.ratio(key, gated)
             if ratio is None:
                 return Rule(False, REPORTED_BEYOND, floor, UNKNOWN_GROUP_WHY)
@@ -108,6 +123,25 @@ def make_rule_for(model: NoiseModel | None, l2_bytes: int, *, factor: float | No
         return Rule(False, REPORTED_BEYOND, launch_floor, LAUNCH_WHY)
 
     return rule_for
+
+
+# A cell whose work changed is settled as passing only where a slowdown that matters would have read
+# higher in this share of comparisons: the resolution's own detection rate.
+SETTLED_MISS = 1 - noise.DETECTION
+
+
+def changed_rule(model: NoiseModel, m: Measurement, gated: int, l2_bytes: int, floor_s: float) -> Rule:
+    """The rule of a cell whose exact work changed, one of ``gated`` such cells: ``model``'s bar at that
+    share, read at the cell's rounds (``NoiseModel.scale``), and what settles it (``relu2.judge.rule.settled``):
+    the ratio unchanged code exceeds one time in ten, against the smallest slowdown its band must tell."""
+    key = noise.group_of(m.cell, l2_bytes)
+    fit = model.fit_for(key)
+    if fit is None:  # a family the model never saw (make_rule_for judges it by the other model)
+        return Rule(False, REPORTED_BEYOND, floor_s, UNKNOWN_GROUP_WHY)
+    s = model.scale(len(m.samples) if m.rounds else model.rounds)
+    scaled = lambda ratio: max(noise.MIN_RATIO, ratio ** s)  # noqa: E731  (no bar below 1%, as learned)
+    return Rule(True, scaled(fit.tail.ratio(model.per_cell(gated))), floor_s, width=s * model.width(m, key),
+                usual=scaled(fit.tail.ratio(SETTLED_MISS)), matters=band_named(key[2]).matters)
 
 
 def resolution(base: Sequence[Measurement], rule_for, gated: int, model: NoiseModel | None, l2_bytes: int,
@@ -162,7 +196,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
             raise ResultsError(f"{name} must be >= {least}, got {value}")
     gpu, b_gpu = str(head.info.get("gpu", "")), str(base.info.get("gpu", ""))
     cpu = is_cpu_machine(base.info) and is_cpu_machine(head.info)
-    model, model_note = pick_model(gpu, kind, noise_model, factor, cpu)
+    model, model_note, changed_model = pick_model(gpu, kind, noise_model, factor, cpu)
     if model is not None and noise.is_gpu(gpu):  # the bands are the model's GPU's: a folder does not move them
         for side in (s for s in (base, head) if str(s.info.get("gpu", "")) == gpu):  # --across-gpus: head's alone
             recorded = noise.l2_of(side.info)
@@ -173,7 +207,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     if not across_versions:
         check_versions(base.measurements, head.measurements)
     rule_for = make_rule_for(model, l2, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
-                             why_not=model_note or CPU_WHY)
+                             why_not=model_note or CPU_WHY, changed=changed_model)
     band = partial(noise.band_of_cell, l2_bytes=l2)
     found = compare(base.measurements, head.measurements, rule_for, allow_missing, band, paired=paired,
                     bounds=model.bound_map() if model else None,
@@ -204,7 +238,8 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         confirmation=confirmation, contradicted=contradicted, missing=missing, planned=planned,
         planned_compared=planned_compared, new_failures=found.new_failures, vanished=found.vanished,
         allowed=found.allowed, unjudged=found.unjudged, failed_at_base=found.failed_at_base,
-        not_gated=found.not_gated, improvements=found.improvements, repicked=found.repicked, cells=found.cells,
+        not_gated=found.not_gated, improvements=found.improvements, repicked=found.repicked,
+        undecided=found.undecided, cells=found.cells,
         base_date=base.date, head_date=head.date,
         resolution=resolution(base.measurements, rule_for, found.gated, model, l2, factor),
         spread=spread(base.measurements, head.measurements) if with_spread else [], cpu=cpu and model is None,
@@ -316,14 +351,28 @@ def gate_compare(folder: str | os.PathLike, *, factor: float | None = None, floo
     the compare's machine).  Refused unless both sides and compare.json name one GPU, that GPU is
     ``expect_gpu`` (given), and, with ``plan`` (a folder holding the trusted bench_relu2.py), the
     compare measured the whole plan: then a planned cell absent from either side fails (missing)."""
-    meta = compare_folder.read_compare(folder)
+    return judge_compare(compare_folder.read_compare(folder), factor=factor, floor_s=floor_s,
+                         gate_launch=gate_launch, allow_missing=allow_missing, with_spread=with_spread,
+                         across_versions=across_versions, allow_failed_base=allow_failed_base, confirmed=confirmed,
+                         noise_model=noise_model, expect_gpu=expect_gpu, plan=plan)
+
+
+def judge_compare(meta: CompareFolder, *, factor: float | None = None, floor_s: float | None = None,
+                  gate_launch: float | None = None, allow_missing: Sequence[str] = (), with_spread: bool = False,
+                  across_versions: bool = False, allow_failed_base: bool = False,
+                  confirmed: str | os.PathLike | None = None, noise_model: str | os.PathLike | None = None,
+                  expect_gpu: str | None = None, plan: str | os.PathLike | None = None) -> GateReport:
+    """``gate_compare`` of a compare folder's record, read (relu2 compare judges its own folder this way
+    before it is complete, to choose the cells it measures again)."""
     b, h = compare_sides(meta)
     check_gpu(meta, b, h, expect_gpu)
     planned = None
     if plan is not None:
         planned = read_plan(plan)
         planned.check_compare(meta)
-    note = f"paired: base and head measured side by side on box {meta.box} ({meta.rounds} rounds each)"
+    note = f"paired: base and head measured side by side on box {meta.box} ({meta.rounds} rounds each"
+    note += (f"; the cells whose work changed and were not settled, up to {meta.rounds + meta.added_rounds})"
+             if meta.added_rounds else ")")
     if b.commit == h.commit:
         note += "; base and head are one commit: an A/A"
     work = compare_folder.read_work(meta.path)
@@ -397,7 +446,7 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
     def rule_of(change: Change) -> Rule:
         m = by_key.get((change.benchmark, change.params))
         share = shares[1] if change.work else shares[0]  # the share of the budget it was flagged at
-        return rule_for(m, max(1, share)) if m else Rule(True, change.threshold, 0.0)
+        return rule_for(m, max(1, share), bool(change.work)) if m else Rule(True, change.threshold, 0.0)
 
     result = confirm(flagged, again, rule_of, paired)
     return result.confirmed + result.not_remeasured, result.unconfirmed, result.contradicted

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -65,16 +66,31 @@ def same_box_seen(compare_dirs: Sequence[str]) -> tuple[list, list, dict]:
                         "book": noise.WidthBook(runs, noise.paired_widths_of)}
 
 
+def rounds_of(compare_dirs: Sequence[str]) -> int:
+    """The rounds a side of every one of ``compare_dirs`` had; ResultsError when they differ (a
+    same-box model's bars are those of one round count: ``NoiseModel.rounds``)."""
+    counts = {read_compare(d).rounds for d in compare_dirs}
+    if len(counts) != 1:
+        raise ResultsError(f"compare folders of {', '.join(map(str, sorted(counts)))} rounds a side: a same-box "
+                           "model is learned from compares of one round count")
+    return counts.pop()
+
+
 def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box: Sequence[str] = (),
-                exclude_boxes: Sequence[str] = (), command: str = "") -> NoiseModel:
+                exclude_boxes: Sequence[str] = (), command: str = "", changed_work_only: bool = False) -> NoiseModel:
     """Learn one model (cross-box from results folders, or same-box from compare folders) and write it
-    to ``out``: replacing the model of the same GPU and kind that ``out`` already holds, keeping the rest."""
+    to ``out``: replacing the model of the same GPU and kind that ``out`` already holds, keeping the rest.
+    ``changed_work_only``: a same-box model that judges only the cells whose exact work changed."""
+    if changed_work_only and not same_box:
+        raise ResultsError("--changed-work-only is for a same-box model (--same-box COMPARE_DIR...)")
     if same_box:
         seen, runs, fixed = same_box_seen(same_box)
     else:
         seen, runs, fixed = cross_box_seen(results_dirs, exclude_boxes)
     sources = [*results_dirs, *same_box, *(f"without {b}" for b in exclude_boxes)]
     model = noise.learn(seen, sources=sources, command=command, **fixed)
+    if same_box:
+        model = replace(model, rounds=rounds_of(same_box), changed_work_only=changed_work_only)
     kept = []
     if Path(out).is_file():
         try:

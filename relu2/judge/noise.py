@@ -161,6 +161,14 @@ class NoiseModel:
     repick_bound: float = REPICK_BOUND  # the raw ratio an autotuned repick may move (beyond: a regression)
     sources: tuple[str, ...] = ()
     command: str = ""
+    # Same-box: the rounds a side of every compare it learned from had.  A paired move over n rounds
+    # is the median of n logs, whose spread shrinks as 1/sqrt(n) (measured on the H200: docs/lab/results.md),
+    # so its bars are read at sqrt(rounds / n) of the learned ones; 0: never scaled.
+    rounds: int = 0
+    # Judges only the cells whose exact work changed: its out-of-sample check failed more no-change
+    # comparisons than the budget allows, which a cell of unchanged work could meet, and one whose
+    # work changed cannot (docs/methodology.md).  The other cells keep the GPU's cross-box model.
+    changed_work_only: bool = False
 
     @property
     def name(self) -> str:
@@ -187,6 +195,10 @@ class NoiseModel:
         f = self.fit_for(key)
         return f.tail.ratio(self.per_cell(gated_cells)) if f else None
 
+    def scale(self, rounds: int) -> float:
+        """The factor on a log bar learned at ``self.rounds`` rounds for a move over ``rounds`` (1: none)."""
+        return math.sqrt(self.rounds / rounds) if self.rounds and rounds else 1.0
+
     def bound_map(self) -> dict[tuple[str, str], float]:
         return {tuple(k.split("|", 1)): v for k, v in self.bounds.items()}  # type: ignore[misc]
 
@@ -206,7 +218,8 @@ class NoiseModel:
                    bounds={str(k): float(v) for k, v in data.get("bounds", {}).items()},
                    widths={str(k): float(v) for k, v in data.get("widths", {}).items()},
                    repick_bound=float(data.get("repick_bound", REPICK_BOUND)),
-                   sources=tuple(data.get("sources", ())), command=str(data.get("command", "")))
+                   sources=tuple(data.get("sources", ())), command=str(data.get("command", "")),
+                   rounds=int(data.get("rounds", 0)), changed_work_only=bool(data.get("changed_work_only", False)))
 
 
 class NoiseModelError(UsageError):

@@ -15,6 +15,9 @@ from relu2.vocab.schema import FAILED, format_bytes, format_seconds
 
 REPICKED_WHY = ("the same generated code; autotuning picked another launch configuration on this box: "
                 "not a slowdown of the same kernel, reported, never failing")
+UNDECIDED_WHY = ("their work changed, and their rounds tell their move neither beyond the bar nor clear of the "
+                 "smallest slowdown their band must tell; relu2 compare measures such cells in more rounds; "
+                 "each is judged as it stands")
 LAUNCH_WHY = ("host wall clock: identical code moved 0.39-1.91x between two freshly started boxes "
               "(docs/results.md), so launch is reported, not gated; --gate-launch RATIO gates it")
 MISSING_WHY = "in the plan of the suites, absent from the results: the check fails as for a vanished cell"
@@ -61,6 +64,7 @@ class GateReport:
     not_gated: list[Change] = field(default_factory=list)  # beyond the threshold in a mode not gated
     improvements: list[Change] = field(default_factory=list)
     repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick: reported
+    undecided: list[Change] = field(default_factory=list)  # work changed, not settled by its rounds: judged as it stands
     flagged: list[Change] = field(default_factory=list)  # every cell beyond the noise model, before confirmation
     unconfirmed: list[Change] = field(default_factory=list)  # flagged, not flagged again when re-measured
     contradicted: bool = False  # the re-measurement cleared every one of CONTRADICTED_FROM or more flagged cells
@@ -178,6 +182,7 @@ class GateReport:
         lines += _table(f"NOT GATED (moved more than 1.1x; {self._not_gated_why()})", self.not_gated, limit=10)
         lines += _table("IMPROVEMENTS (faster beyond the noise model)", self.improvements, limit=10)
         lines += _table(f"REPICKED ({REPICKED_WHY})", self.repicked, limit=10)
+        lines += _table(f"UNDECIDED ({UNDECIDED_WHY})", self.undecided, limit=20)
         lines += ["", "RESOLUTION (per family, mode and band: the threshold for this run, and the smallest slowdown "
                   "caught in 90% of no-change cases of boxes the model did not learn from, at these cells' widths)"]
         lines += ["  " + line for line in _resolution_lines(self.resolution)]

@@ -79,6 +79,10 @@ class Rule:
     floor_s: float
     why: str = ""
     width: float = 0.0
+    # A cell whose work changed (relu2.judge.gate.changed_rule): the ratio unchanged code exceeds one
+    # comparison in ten, and the smallest slowdown it must be told apart from none (0: no such cell).
+    usual: float = 0.0
+    matters: float = 0.0
 
     def needed(self, width: float | None = None) -> float:
         """The head/base ratio a cell of spread ``max(width, self.width)`` must exceed."""
@@ -125,6 +129,16 @@ def is_slower(base: Figure, head: Figure, rule: Rule, paired: bool = False, offs
     moved = move(base, head, paired) - offset
     width = 0.0 if paired else base.width
     return moved > math.log(rule.needed(width)) and base.value * math.expm1(moved) > rule.floor_s
+
+
+def settled(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> bool:
+    """Whether more rounds would not change a cell's answer: it is slower by the rule, or it moved so
+    little that a slowdown of ``rule.matters`` would have read higher nine times in ten.  Between
+    the two it is unknown, and is measured again (Pinpoint's "unknown: measure more").  A cell
+    without ``matters`` (its work did not change) is always settled."""
+    if not rule.matters or is_slower(base, head, rule, paired, offset):
+        return True
+    return move(base, head, paired) - offset < math.log(rule.matters / rule.usual) - rule.width
 
 
 SLOWER, FASTER, SAME = 1, -1, 0  # what the rule says of one cell
@@ -230,6 +244,9 @@ class Findings:
     not_gated: list[Change] = field(default_factory=list)
     improvements: list[Change] = field(default_factory=list)
     repicked: list[Change] = field(default_factory=list)  # same code, another autotuned pick, within the bound
+    # paired: cells whose work changed and whose rounds do not settle them yet (relu2 compare measures
+    # them again; at its last round each is judged as it stands)
+    undecided: list[Change] = field(default_factory=list)
     cells: list[Change] = field(default_factory=list)  # every timed cell compared, as judged
     base_cells: int = 0  # cells with a result at base (ok or failed)
     base_failures: int = 0  # of them, failed
@@ -344,7 +361,8 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
             if b.unit == "bytes" and h.value > b.value * PEAK_MEMORY_RATIO:
                 out.regressions.append(replace(change, threshold=PEAK_MEMORY_RATIO))
             continue
-        rule = rule_for(b, out.work_changed if works[id(b)] else out.gated)
+        changed = bool(works[id(b)])
+        rule = rule_for(b, out.work_changed if changed else out.gated, changed)
         offset = out.offsets.get((cell.timing_mode, band_of(cell)), 0.0)
         fb, fh = Figure.of(b), Figure.of(h)
         verdict = verdict_of(fb, fh, rule, paired, offset)
@@ -356,6 +374,8 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
                         kernel=kernel, why=rule.why, moved=math.exp(move(fb, fh, paired) - offset),
                         work=works[id(b)])
         out.cells.append(found)
+        if paired and rule.gated and not settled(fb, fh, rule, paired, offset):
+            out.undecided.append(found)
         if not (slower or faster):
             continue
         if kb and kh and only_repicked(kb, kh) and family_of(cell.impl) in AUTOTUNED:
@@ -368,6 +388,7 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
     for changes in (out.regressions, out.not_gated):
         changes.sort(key=lambda c: -c.ratio if _is_number(c.ratio) else 0)
     out.improvements.sort(key=lambda c: c.ratio)
+    out.undecided.sort(key=lambda c: c.label)
     return out
 
 

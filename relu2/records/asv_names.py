@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from relu2.vocab.schema import CELL_FIGURE_METHODS, MODEL_DTYPE, MODE_NAMES, NEMOTRON_DTYPE, VLLM_DTYPE, bytes_moved, geometry
+from relu2.vocab.schema import Cell as SchemaCell  # what a measuring process is asked for; Cell here is a result's
+from relu2.vocab.schema import parse_shape
 
 MODULE = "bench_relu2"
 # The dtype each token suite times (its class attribute ``dtype`` is the same constant; a test checks).
@@ -137,6 +139,17 @@ def measure_of(benchmark: str, unit: str | None = None) -> str:
     if suite.rsplit(".", 1)[-1] == SUMMARY_SUITE and unit in (None, "seconds"):
         return SUMMARY
     return method
+
+
+def timed_cell(benchmark: str, params: Mapping[str, str], unit: str | None = None) -> "tuple[SchemaCell, str] | None":
+    """The cell (``relu2.vocab.schema.Cell``: what a measuring process is asked for) and timing mode of a
+    result that is one cell in one timing mode; None for any other figure (a summary, a counter)."""
+    mode = measure_of(benchmark, unit)
+    if mode not in MODE_NAMES or "impl" not in params:
+        return None
+    numel, shape = geometry(params)
+    dtype = params.get("dtype") or suite_dtype(benchmark.split("(", 1)[0].rsplit(".", 1)[0])
+    return SchemaCell(params["impl"], dtype, numel, parse_shape(shape)), mode
 
 
 def unit_of(benchmark: str) -> str:

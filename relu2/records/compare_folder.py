@@ -102,6 +102,7 @@ class CompareFolder:
     suites: tuple[str, ...] = ()  # what the compare measured: the suites, how narrowed, which cells only
     narrowed: Any = field(default=None, compare=False)
     cells: Any = field(default=None, compare=False)
+    added_rounds: int = 0  # more rounds, of the cells whose work changed and were not settled (relu2 compare)
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -122,7 +123,8 @@ def read_compare(folder: str | os.PathLike) -> CompareFolder:
             raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
         out = CompareFolder(path, str(data["box"]), str(data["machine"]), str(data.get("gpu", "")),
                             str(data["base"]["sha"]), str(data["head"]["sha"]), int(data.get("rounds", 0)),
-                            tuple(str(s) for s in data.get("suites") or ()), data.get("narrowed"), data.get("cells"))
+                            tuple(str(s) for s in data.get("suites") or ()), data.get("narrowed"), data.get("cells"),
+                            int(data.get("added_rounds", 0)))
         complete = data["complete"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ResultsError(f"{meta}: not a relu2 compare folder ({type(e).__name__}: {e})") from None

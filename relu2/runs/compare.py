@@ -62,15 +62,16 @@ from relu2.judge import gate
 from relu2.measure import counters, rounds
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS, merge
-from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, check_resumable, incomplete,
-                                          write_info, write_work)
+from relu2.records.asv_names import timed_cell
+from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, CompareFolder, check_resumable,
+                                          incomplete, write_info, write_work)
 from relu2.runs import asv_run
 from relu2.runs.asv_run import (ENV_INSTRUMENT, atomic_asv_writes, check_suite_environment, declared_implementations,
                                 instrument)
-from relu2.vocab.errors import UsageError
+from relu2.vocab.errors import ResultsError, UsageError
 from relu2.vocab.interface import ENV_MEASURED, _normal
 from relu2.vocab.schema import SKIPPED  # also the key under which a commit says why it has no figures
-from relu2.vocab.schema import MAX_ROUNDS, MIN_ROUNDS, Cell
+from relu2.vocab.schema import ADDED_ROUNDS, CHANGED_MAX_ROUNDS, MAX_ROUNDS, MIN_ROUNDS, Cell
 
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
 ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
@@ -271,19 +272,22 @@ class Measured:
 
 def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, device: str, *,
                   cells: Sequence | None = None, say: Say = _stderr, label: str = "relu2 compare",
-                  keep: Path | None = None) -> Measured:
+                  keep: Path | None = None, first: int = 1) -> Measured:
     """``rounds`` rounds of each side in ABBA order (``order``), each a fresh process measuring the
     suites' plan (or ``cells``, relu2.vocab.schema.Cell objects) once.  A cell that fails fails in its round
     and is recorded so; a round's process that dies raises RuntimeError naming the round.
 
     ``keep``: the folder the rounds' files are written to as they end (else ``scratch``), so a run
-    that dies keeps what it measured; a round whose file is already there is not measured again."""
+    that dies keeps what it measured; a round whose file is already there is not measured again.
+    ``first``: the number of the first round (more rounds of a compare go on its ABBA order)."""
     by_name = {"base": b, "head": h}
-    out = Measured(b, h, order(rounds), {"base": [], "head": []}, {"base": [], "head": []})
+    last = first - 1 + rounds
+    out = Measured(b, h, order(last)[2 * (first - 1):], {"base": [], "head": []}, {"base": [], "head": []})
+    rounds = last  # as the progress lines count them
     started = time.perf_counter()
     caches = {name: scratch / f"caches-{name}" for name in SIDE_NAMES}
     for i, name in enumerate(out.order):
-        side, r = by_name[name], i // 2 + 1
+        side, r = by_name[name], first + i // 2
         result = (keep or scratch) / f"round-{r}-{name}.pickle"
         if result.is_file():
             out.rounds[name].append(result)
@@ -543,7 +547,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             "narrowed": {k: os.environ[k] for k in NARROWING if os.environ.get(k, "").strip()},
             "cells": None if cells is None else [c.describe() for c in cells],
             "instrument": git.head(Path(__file__).resolve().parents[2]), "started_at": _now(),
-            "finished_at": None, "complete": False}
+            "finished_at": None, "complete": False, "added_rounds": 0}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
     with environ(env_suites):
         info["suites"] = suite_names(benchmarks)
@@ -561,15 +565,33 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             write_info(folder, info)
             done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say, keep=folder / ROUNDS_DIR)
             count_changed_work(b, h, r, scratch, done, device, folder, say)
-            for side in (b, h):
-                ended = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
-                                          "rounds": [str(p) for p in done.rounds[side.name]],
-                                          "machine": machine, "sha": side.commit,
-                                          "date_ms": git.commit_time(root, side.commit) * 1000},
-                               side, r, scratch, 600)
-                if not ended.ok:
-                    raise RuntimeError(f"writing the {side.name}'s results failed: its process {ended.why()}")
-                info["gpu"] = json.loads(ended.tail).get("gpu", "")
+
+            def record() -> None:
+                for side in (b, h):
+                    ended = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
+                                              "rounds": [str(p) for p in done.rounds[side.name]],
+                                              "machine": machine, "sha": side.commit,
+                                              "date_ms": git.commit_time(root, side.commit) * 1000},
+                                   side, r, scratch, 600)
+                    if not ended.ok:
+                        raise RuntimeError(f"writing the {side.name}'s results failed: its process {ended.why()}")
+                    info["gpu"] = json.loads(ended.tail).get("gpu", "")
+
+            record()
+            while rounds + info["added_rounds"] < CHANGED_MAX_ROUNDS:
+                again = unsettled(folder, info)
+                if not again:
+                    break
+                more = min(ADDED_ROUNDS, CHANGED_MAX_ROUNDS - rounds - info["added_rounds"])
+                say(f"relu2 compare: {len(again)} cells whose work changed are not settled by "
+                    f"{rounds + info['added_rounds']} rounds: {more} more rounds of them")
+                added = measure_sides(b, h, r, scratch, more, device, cells=again, say=say, keep=folder / ROUNDS_DIR,
+                                      first=rounds + info["added_rounds"] + 1)
+                for name in SIDE_NAMES:
+                    done.rounds[name] += added.rounds[name]
+                info["added_rounds"] += more
+                write_info(folder, info)
+                record()
         info.update(finished_at=_now(), complete=True)
         write_info(folder, info)
         shutil.rmtree(folder / ROUNDS_DIR)  # the results hold every round's figures now
@@ -579,6 +601,21 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
 
 
 # --- the verdict -------------------------------------------------------------------------------------
+
+
+def unsettled(folder: Path, info: dict) -> list[Cell]:
+    """The cells of a compare being measured (its sides' results written, its work counted) whose work
+    changed and whose rounds do not settle them yet (``relu2.judge.rule.settled``), by the verdict
+    ``relu2 gate --compare`` gives: relu2 compare measures them in more rounds."""
+    meta = CompareFolder(folder, info["box"], info["machine"], info["gpu"], info["base"]["sha"],
+                         info["head"]["sha"], info["rounds"], tuple(info["suites"]), info["narrowed"], info["cells"],
+                         info["added_rounds"])
+    try:
+        report = gate.judge_compare(meta)
+    except ResultsError:  # no model for this machine: nothing is judged, nothing to settle
+        return []
+    found = (timed_cell(c.benchmark, dict(c.params), c.unit) for c in report.undecided)
+    return list(dict.fromkeys(f[0] for f in found if f is not None))
 
 
 

@@ -32,11 +32,11 @@ from typing import Sequence
 
 from relu2.host import git
 from relu2.host.machine import default_device
-from relu2.records.asv_names import measure_of, suite_dtype
+from relu2.records.asv_names import timed_cell
 from relu2.runs import compare
 from relu2.vocab.errors import UsageError
 # relu2 gate --confirmed needs this many rounds a side to tell a step from the spread between them.
-from relu2.vocab.schema import CONFIRM_ROUNDS, MODE_NAMES, OK, SKIPPED, Cell, format_seconds, geometry, parse_shape
+from relu2.vocab.schema import CONFIRM_ROUNDS, OK, SKIPPED, Cell, format_seconds
 
 # A confirmation measures a few flagged cells, not the suites: twice a compare's rounds cost little.
 
@@ -93,13 +93,9 @@ def targets_from_gate(report: dict) -> list[Target]:
     measurement (a cell listed by several suites once)."""
     out: dict[tuple, Target] = {}
     for change in report.get("regressions", []):
-        mode, params = _cell_mode(change), change["params"]
-        if mode is None:
-            continue
-        numel, shape = geometry(params)
-        dtype = params.get("dtype") or suite_dtype(change["benchmark"].rsplit(".", 1)[0])
-        cell = Cell(params["impl"], dtype, numel, parse_shape(shape))
-        out.setdefault((cell, mode), Target(cell, mode, change["benchmark"], tuple(sorted(params.items()))))
+        found = timed_cell(change["benchmark"], change["params"], change.get("unit"))
+        if found is not None:
+            out.setdefault(found, Target(*found, change["benchmark"], tuple(sorted(change["params"].items()))))
     return list(out.values())
 
 
@@ -108,13 +104,7 @@ def not_cells_in_gate(report: dict) -> list[str]:
     ``Implementations`` summary, a mean over Grid cells): confirm cannot re-measure them, and the gate
     still fails on them (no evidence is not a pass)."""
     return list(dict.fromkeys(change["benchmark"].split(".", 1)[-1] for change in report.get("regressions", [])
-                              if _cell_mode(change) is None))
-
-
-def _cell_mode(change: dict) -> str | None:
-    """The timing mode of a flagged change of a gate report that is one cell (None: it is not one)."""
-    mode = measure_of(change["benchmark"], change.get("unit"))
-    return mode if mode in MODE_NAMES and "impl" in change["params"] else None
+                              if timed_cell(change["benchmark"], change["params"], change.get("unit")) is None))
 
 
 # --- the whole confirmation: relu2 compare's rounds, on the flagged cells ---------------------------

@@ -166,6 +166,11 @@ STATUSES: tuple[str, ...] = (OK, FAILED, SKIPPED)
 MIN_ROUNDS = 3
 CONFIRM_ROUNDS = 2 * MIN_ROUNDS
 MAX_ROUNDS = 20
+# A cell whose exact work changed is measured again, ADDED_ROUNDS more rounds at a time, until its
+# verdict is settled (relu2.judge.rule.settled) or it has CHANGED_MAX_ROUNDS a side: Pinpoint's
+# "unknown: measure more", for the few cells a change touched (docs/methodology.md, "Work counters").
+ADDED_ROUNDS = MIN_ROUNDS
+CHANGED_MAX_ROUNDS = 4 * MIN_ROUNDS
 BUDGET = 0.05  # at most 1 run of unchanged code in 20 may fail: fewer and nobody trusts a FAIL
 DEFAULT_FLOOR_S = 0.25e-6  # not learned: a slowdown of less than this is nothing anyone can act on
 # L2 per GPU model (bytes), for machine.json files that predate ``l2_bytes``.  H200: 60 MiB, torch's
@@ -176,16 +181,24 @@ KNOWN_L2: Mapping[str, int] = {"H200": 60 * 2**20, "H100": 50 * 2**20}
 @dataclass(frozen=True)
 class Band:
     """Cells whose bytes moved lie in [lo, hi) times the L2: in the L2 a kernel is timed from it (and
-    moves most between boxes), at 1-4x it is partly cached, beyond 4x it streams from DRAM."""
+    moves most between boxes), at 1-4x it is partly cached, beyond 4x it streams from DRAM.
+    ``matters``: the smallest slowdown a cell whose work changed must be told apart from none (more
+    rounds until it is): a memory-bound kernel beyond the L2 is near its roofline, where 3% is real."""
 
     name: str
     lo: float
     hi: float
+    matters: float
 
 
-BANDS: tuple[Band, ...] = (Band("in L2", 0.0, 1.0), Band("1-4x L2", 1.0, 4.0), Band("> 4x L2", 4.0, math.inf))
+BANDS: tuple[Band, ...] = (Band("in L2", 0.0, 1.0, 1.05), Band("1-4x L2", 1.0, 4.0, 1.03),
+                           Band("> 4x L2", 4.0, math.inf, 1.03))
 BAND_NAMES: tuple[str, ...] = tuple(b.name for b in BANDS)
 LARGEST_BAND = BANDS[-1]
+
+
+def band_named(name: str) -> Band:
+    return next(b for b in BANDS if b.name == name)
 
 
 def band_of(bytes_moved: float, l2_bytes: int) -> Band:
