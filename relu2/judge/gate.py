@@ -111,7 +111,9 @@ def make_rule_for(model: NoiseModel | None, l2_bytes: int, *, factor: float | No
                 return Rule(True, factor, floor)
             key = noise.group_of(m.cell, l2_bytes)
             if changed_work and changed is not None and changed.fit_for(key) is not None:
-                return changed_rule(changed, m, gated, l2_bytes, floor)
+                # No floor unless asked: the counters say the work changed, so even a small kernel's
+                # move is the change's (the floor keeps noise on the fastest cells from failing a run)
+                return changed_rule(changed, m, gated, l2_bytes, launch_floor)
             if model is None:
                 return Rule(False, REPORTED_BEYOND, floor, why_not)
             ratio = model.ratio(key, gated)

@@ -1,0 +1,112 @@
+"""What more rounds do for a cell whose work changed, on recorded H200 A/A compares (each box left out).
+
+    python scripts/changed_rounds.py docs/aa/compare-h200-2026-12-02 [--share 60]
+
+The A/A compares one box made, one after another, are read as one compare of 3, 6, 9 ... rounds (the
+first k of them concatenated: real rounds of fresh processes on one box, as relu2 compare adds them).
+Each fixed-kernel cell of box X is judged as a cell whose work changed (``relu2.judge.gate.changed_rule``)
+by the same-box model learned without box X, at 1/SHARE of the budget (a fused Grid change: 60 gated
+cells), measured again while ``relu2.judge.rule.settled`` says it is not settled, as relu2 compare does.
+Printed per mode and band: how many such judgments FAIL on identical code (both directions: the
+price of the lower bar when work changed but time did not), and how many FAIL with the head's rounds
+planted slower by the band's ``matters`` (the smallest slowdown it must tell), with the mean rounds used.
+The first three columns are each cell at 3 rounds alone, then sequentially at up to all of the box's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from relu2.judge import noise  # noqa: E402
+from relu2.judge.gate import changed_rule, compare_sides  # noqa: E402
+from relu2.judge.learn import rounds_of, same_box_seen  # noqa: E402
+from relu2.judge.rule import Figure, family_of, is_slower, move, reference_moves, settled  # noqa: E402
+from relu2.records.compare_folder import read_compare  # noqa: E402
+from relu2.vocab.schema import band_named, quantile  # noqa: E402
+
+
+def concatenated(sides: list, k: int) -> list[tuple]:
+    """(base, head) measurements of the first ``k`` compares, each cell's rounds one after another."""
+    firsts = {m.cell: m for m in sides[0][0].measurements}
+    out = []
+    for cell, m in firsts.items():
+        got = [({x.cell: x for x in b.measurements}.get(cell), {x.cell: x for x in h.measurements}.get(cell))
+               for b, h in sides[:k]]
+        if any(b is None or h is None or not b.samples or len(b.samples) != len(h.samples) for b, h in got):
+            continue
+        bs = tuple(s for b, _ in got for s in b.samples)
+        hs = tuple(s for _, h in got for s in h.samples)
+        out.append((replace(got[0][0], samples=bs, value=quantile(bs, 0.5)),
+                    replace(got[0][1], samples=hs, value=quantile(hs, 0.5))))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--share", type=int, default=60, help="cells whose work changed (default 60: fused's Grid)")
+    args = parser.parse_args(argv)
+    dirs = [str(d) for d in sorted(args.folder.iterdir()) if (d / "compare.json").exists()]
+    aa = [d for d in dirs if (lambda m: m.base == m.head)(read_compare(d))]
+    seen, _, fixed = same_box_seen(aa)
+    l2 = fixed["l2_bytes"]
+    by_box: dict[str, list] = defaultdict(list)
+    for d in aa:
+        by_box[read_compare(d).box].append(compare_sides(read_compare(d)))
+    tally: dict[tuple, list[float]] = defaultdict(lambda: [0.0] * 7)
+    band = lambda cell: noise.band_of_cell(cell, l2)  # noqa: E731
+    for box, sides in sorted(by_box.items()):
+        model = replace(noise.held_out(seen, box, **fixed)[0], rounds=rounds_of(aa))
+        stages = []
+        for k in range(1, len(sides) + 1):
+            pairs = concatenated(sides, k)
+            offsets = reference_moves(pairs, band, paired=True)
+            stages.append({b.cell: (b, h, offsets.get((b.cell.measure, band(b.cell)), 0.0)) for b, h in pairs})
+        for cell, first in stages[0].items():
+            if family_of(cell.impl) != "fixed kernels" or cell.measure not in ("hot", "cold"):
+                continue
+            key = noise.group_of(cell, l2)
+            if model.fit_for(key) is None:
+                continue
+            row = tally[(cell.measure, key[2])]
+            row[0] += 2
+            for planted, (col_one, col_seq) in ((1.0, (1, 3)), (band_named(key[2]).matters, (2, 4))):
+                for reverse in ((False, True) if planted == 1.0 else (False,)):
+                    for i, stage in enumerate(stages):
+                        if cell not in stage:
+                            break
+                        b, h, offset = stage[cell]
+                        fb, fh = Figure.of(b), Figure.of(h)
+                        if reverse:
+                            fb, fh, offset = fh, fb, -offset
+                        fh = fh.scaled(planted)
+                        rule = changed_rule(model, b, args.share, l2, 0.0)  # as relu2 gate judges them: no floor
+                        slower = is_slower(fb, fh, rule, True, offset)
+                        if i == 0:
+                            row[col_one] += slower * (2 if planted != 1.0 else 1)
+                        if settled(fb, fh, rule, True, offset) or i == len(stages) - 1:
+                            break
+                    row[col_seq] += slower * (2 if planted != 1.0 else 1)
+                    if planted != 1.0:
+                        row[5] += len(fb.samples) * 2
+                    row[6] += 0
+    print(f"{len(aa)} A/A compares on {len(by_box)} boxes ({', '.join(f'{b[:8]}: {len(s)}' for b, s in by_box.items())}); "
+          f"fixed kernels judged as changed work at 1/{args.share} of the budget, each box left out")
+    print(f"{'mode':<6}{'band':<10}{'judgments':>10}{'A/A FAIL, 3 rounds':>20}{'planted caught':>16}"
+          f"{'A/A FAIL, more':>16}{'planted caught':>16}{'mean rounds':>13}")
+    for (mode, band_name), row in sorted(tally.items()):
+        n = row[0]
+        print(f"{mode:<6}{band_name:<10}{n:>10.0f}{row[1]:>20.0f}{f'{row[2]:.0f} ({row[2] / n:.0%})':>16}"
+              f"{row[3]:>16.0f}{f'{row[4]:.0f} ({row[4] / n:.0%})':>16}{row[5] / n:>13.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
