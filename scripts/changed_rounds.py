@@ -48,6 +48,33 @@ def concatenated(sides: list, k: int) -> list[tuple]:
     return out
 
 
+def spread_table(by_box: dict, l2: int) -> None:
+    """How far identical code's paired move reaches at 3, 6 and 12 rounds: per family, mode and band, the
+    90th and 99th percentile and the largest |move| (the references' move taken out) of the first 1, 2
+    and 4 compares of each box concatenated (each box's cells once per round count, where it has them)."""
+    band = lambda cell: noise.band_of_cell(cell, l2)  # noqa: E731
+    moves: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for sides in by_box.values():
+        for k in (1, 2, 4):
+            if len(sides) < k:
+                continue
+            pairs = concatenated(sides, k)
+            offsets = reference_moves(pairs, band, paired=True)
+            for b, h in pairs:
+                if b.cell.measure in ("hot", "cold"):
+                    moved = move(Figure.of(b), Figure.of(h), True) - offsets.get((b.cell.measure, band(b.cell)), 0.0)
+                    moves[noise.group_of(b.cell, l2)][3 * k].append(abs(moved))
+    print("identical code's |paired move|, q90 / q99 / max (cells), a box's first 1, 2, 4 A/As as one compare")
+    print(f"{'family, mode, band':<34}" + "".join(f"{f'{n} rounds':>28}" for n in (3, 6, 12)))
+    for key in sorted(moves, key=lambda g: (g[0], g[1], noise.BAND_NAMES.index(g[2]))):
+        cols = []
+        for n in (3, 6, 12):
+            v = moves[key][n]
+            cols.append(f"{100 * quantile(v, .9):.2f}% {100 * quantile(v, .99):.2f}% {100 * max(v):.2f}% ({len(v)})"
+                        if v else "-")
+        print(f"{', '.join(key):<34}" + "".join(f"{c:>28}" for c in cols))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
@@ -97,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                     if planted != 1.0:
                         row[5] += len(fb.samples) * 2
                     row[6] += 0
-    print(f"{len(aa)} A/A compares on {len(by_box)} boxes ({', '.join(f'{b[:8]}: {len(s)}' for b, s in by_box.items())}); "
+    spread_table(by_box, l2)
+    print(f"\n{len(aa)} A/A compares on {len(by_box)} boxes ({', '.join(f'{b[:8]}: {len(s)}' for b, s in by_box.items())}); "
           f"fixed kernels judged as changed work at 1/{args.share} of the budget, each box left out")
     print(f"{'mode':<6}{'band':<10}{'judgments':>10}{'A/A FAIL, 3 rounds':>20}{'planted caught':>16}"
           f"{'A/A FAIL, more':>16}{'planted caught':>16}{'mean rounds':>13}")
