@@ -107,6 +107,9 @@ def test_the_same_box_model_sets_the_factors_of_the_cells_it_covers():
     assert factors["eager:float32:1024:hot"] == pytest.approx(model.ratio(group, 3) * math.exp(width), rel=1e-5)
     assert factors["eager:float32:1024:hot"] > 1.2
     assert bisect.model_factors(targets, "a GPU with no same-box model") == {}
+    # the H200's same-box model judges only cells whose work changed, which bisect follows by counters
+    assert noise.model_for(noise.load_models(), "NVIDIA H200", noise.SAME_BOX).changed_work_only
+    assert bisect.model_factors(targets, "NVIDIA H200") == {}
 
 
 def test_the_three_answers():

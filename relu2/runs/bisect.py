@@ -643,9 +643,10 @@ def model_factors(targets: Mapping[str, object], gpu: str) -> dict[str, float]:
     """Per cell followed (name -> confirm.Target): the same-box model's threshold for its family, mode
     and band on ``gpu`` ("none": the CPU), the cells followed sharing the model's budget, times its
     group's typical width (the gate reads each cell's own; a bisect target names no kernel to read it
-    by); a cell whose group the model lacks (or a GPU without a same-box model) is left out."""
+    by); a cell whose group the model lacks (or a GPU without a same-box model for every cell: the
+    timing search follows cells whose work did not change, or was not counted) is left out."""
     model = noise.model_for(noise.load_models(), gpu, noise.SAME_BOX)
-    if model is None:
+    if model is None or model.changed_work_only:
         return {}
     found = {}
     for name, t in targets.items():
