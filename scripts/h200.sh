@@ -26,6 +26,9 @@
 #                   with RELU2_DEADLINE, not started under RELU2_COMPARE_S (300) s left and stopped
 #                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume)
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
+#     history=PATCH:K:CELL  a branch history-NAME in the clone: 16 commits after main (a line of docs each), the
+#                   Kth also applying docs/aa/PATCH to csrc/; then relu2 bisect main history-NAME --cell CELL
+#                   (IMPL:DTYPE:SHAPE:MODE), timed, its JSON report back in logs.tgz
 #     counters=ARGS relu2 counters ARGS (words joined by '+') into counters-N/ (N counts the calls on this box);
 #                   the folders come back in counters.tgz
 #     counters-patch=PATCH[:ARGS]  the same, with the fused kernel built from csrc/ with docs/aa/PATCH applied
@@ -168,6 +171,20 @@ compare_step() {  # compare_step BASE,HEAD
   tar -C $folders -czf "$OUT/compare.tgz" .
 }
 
+history() {  # history PATCH:K:CELL: a 16-commit history with a kernel change at commit K, bisected
+  local patch=${1%%:*} rest=${1#*:} k cell name repo=/tmp/relu2-repo
+  k=${rest%%:*} cell=${rest#*:} name=history-${patch%.patch}
+  clone
+  run "$name" bash -c "cd $repo && git checkout -q -B $name main && for i in \$(seq 1 16); do
+      echo \"history commit \$i\" >> docs/aa/history.txt; git add docs/aa/history.txt;
+      [ \$i = $k ] && git apply '$ROOT/docs/aa/$patch' && git add -A csrc;
+      git -c user.name=relu2 -c user.email=relu2@localhost commit -qm \"history \$i\$([ \$i = $k ] && echo ': $patch')\"; done &&
+    git checkout -q main && git log --oneline main..$name | tail -n +1"
+  run "bisect-$name" bash -c "cd $ROOT && t0=\$SECONDS; python3 -m relu2 bisect main $name --repo $repo --cell '$cell' \
+    --format json --state /tmp/relu2-bisect-$name.json > $LOG/bisect-$name.json; rc=\$?; echo bisect exit \$rc in \$((SECONDS - t0)) s;
+    python3 -c \"import json; r = json.load(open('$LOG/bisect-$name.json')); print('counted commits', r['counted_commits'], '| measured steps', r['measured_steps']); [print(c['cell'], c['verdict'], c['by'], c['first_bad'], c.get('work')) for c in r['cells']]\"; exit \$rc"
+}
+
 counters_step() {  # counters_step NAME ARGS: relu2 counters ARGS into $COUNTERS/NAME-N
   local name=$1 args=$2 n=1
   too_late "counters-$name" "${RELU2_COUNTERS_S:-150}" RELU2_COUNTERS_S && return 0
@@ -240,6 +257,7 @@ for step in "${@:-smoke}"; do
               else unset RELU2_BENCH_SUITES RELU2_ASV_BENCH; fi ;;
     counters=*) counters_step grid "${step#counters=}" ;;
     counters-patch=*) counters_patch "${step#counters-patch=}" ;;
+    history=*) history "${step#history=}" ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
     *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | planted=PATCH | compare=BASE,HEAD | suites=NAMES | sweep=ARG+ARG... | counters=ARG+ARG... | counters-patch=PATCH[:ARG+ARG...]]..." >&2; exit 2 ;;
   esac
