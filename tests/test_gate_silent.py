@@ -207,7 +207,7 @@ def _record(benchmark: str, value: float, started_at: int = 0, samples=None, ver
                   version=version)
 
 
-ANY = lambda m, gated: Rule(True, 1.05, 0.0)  # noqa: E731
+ANY = lambda m, gated, changed=False: Rule(True, 1.05, 0.0)  # noqa: E731
 
 
 def test_a_measurement_listed_by_two_suites_is_judged_once():
@@ -410,7 +410,7 @@ def test_a_box_slower_as_a_whole_is_judged_against_its_own_references():
     only what moved beyond them is a regression."""
     from relu2.judge.rule import compare
 
-    rule = lambda m, gated: Rule(True, 1.02, 0.0)  # noqa: E731
+    rule = lambda m, gated, changed=False: Rule(True, 1.02, 0.0)  # noqa: E731
     one_band = lambda cell: "band"  # noqa: E731
     base = _grid_records("a" * 40, {})
     whole_box = compare(base, _grid_records("b" * 40, {"eager": 1.04, "copy": 1.04, "fused": 1.04}), rule,
