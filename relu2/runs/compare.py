@@ -612,7 +612,7 @@ def unsettled(folder: Path, info: dict) -> list[Cell]:
                          info["added_rounds"])
     try:
         report = gate.judge_compare(meta)
-    except ResultsError:  # no model for this machine: nothing is judged, nothing to settle
+    except (ResultsError, UsageError):  # no model for this machine, or none readable: the verdict says so
         return []
     found = (timed_cell(c.benchmark, dict(c.params), c.unit) for c in report.undecided)
     return list(dict.fromkeys(f[0] for f in found if f is not None))
