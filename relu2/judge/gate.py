@@ -128,7 +128,8 @@ def make_rule_for(model: NoiseModel | None, l2_bytes: int, *, factor: float | No
 
 
 # A cell whose work changed is settled as passing only where a slowdown that matters would have read
-# higher in this share of comparisons: the resolution's own detection rate.
+# higher in at least this share of comparisons: the resolution's own detection rate (the model's tail
+# starts at its 90th percentile of |move|, so the bar it gives here is a little wider than asked).
 SETTLED_MISS = 1 - noise.DETECTION
 
 

@@ -133,7 +133,7 @@ def is_slower(base: Figure, head: Figure, rule: Rule, paired: bool = False, offs
 
 def settled(base: Figure, head: Figure, rule: Rule, paired: bool = False, offset: float = 0.0) -> bool:
     """Whether more rounds would not change a cell's answer: it is slower by the rule, or it moved so
-    little that a slowdown of ``rule.matters`` would have read higher nine times in ten.  Between
+    little that a slowdown of ``rule.matters`` would have read higher at least nine times in ten.  Between
     the two it is unknown, and is measured again (Pinpoint's "unknown: measure more").  A cell
     without ``matters`` (its work did not change) is always settled."""
     if not rule.matters or is_slower(base, head, rule, paired, offset):
