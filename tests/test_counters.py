@@ -219,6 +219,11 @@ def test_cells_whose_work_changed_are_judged_by_the_same_box_model_at_their_own_
     assert {c.label for c in after.regressions} - set(failing) == {c.label for c in before.regressions} - set(failing)
     undecided = _fused_grid(after.undecided)
     assert len(undecided) == len(after.undecided) == 20 and not set(undecided) & set(failing)
+    # Its power is stated beside its bar, by the rule that judges it: the changed cells' own rows
+    rows = {(r.family, r.mode, r.band): r for r in after.resolution}
+    changed = rows[("fixed kernels, work changed (3 rounds)", "hot", "> 4x L2")]
+    assert changed.cells == 6 and changed.smallest_detectable < rows[("fixed kernels", "hot", "> 4x L2")].smallest_detectable
+    assert not any("work changed" in r.family for r in before.resolution)
 
 
 def test_a_compare_measures_again_only_the_changed_cells_its_rounds_do_not_settle(tmp_path):

@@ -24,6 +24,7 @@ machine, and whether it clears every flagged cell (``CONTRADICTED_FROM``).
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import math
 import os
@@ -35,8 +36,8 @@ from relu2.host.machine import is_cpu_machine
 from relu2.judge import noise
 from relu2.judge.noise import NoiseModel
 from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, change_lists
-from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Findings, Rule, check_versions, compare, confirm,
-                              family_of, spread)
+from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Figure, Findings, Rule, check_versions, compare, confirm,
+                              family_of, is_slower, spread)
 from relu2.records import compare_folder
 from relu2.records.asv_names import SUMMARY, Cell
 from relu2.records.asv_results import Measurement, pick_machine, read_commit
@@ -173,6 +174,42 @@ def resolution(base: Sequence[Measurement], rule_for, gated: int, model: NoiseMo
     return out
 
 
+def changed_resolution(base: Sequence[Measurement], changed: Sequence[Change], rule_for, share: int,
+                       model: NoiseModel | None, l2_bytes: int) -> list[Resolution]:
+    """Per family, mode and band of the cells whose work changed: their bar, and the smallest slowdown
+    their own rules (``changed_rule``: at their share and their rounds) catch in 90% of ``model``'s
+    out-of-sample same-box cases, each case's move read at the cell's rounds (``NoiseModel.scale``)."""
+    if model is None or not changed:
+        return []
+    keys = {(c.benchmark, c.params) for c in changed}
+    groups: dict[tuple[str, str, str], list[tuple[Measurement, Rule]]] = {}
+    for m in base:
+        if (m.benchmark, m.params) in keys and m.status == OK and m.cell.timing_mode in GATED_MODES:
+            groups.setdefault(noise.group_of(m.cell, l2_bytes), []).append((m, rule_for(m, share, True)))
+    out = []
+    for key in sorted(groups, key=noise._group_order):
+        cells, fit = groups[key], model.fit_for(key)
+        rounds = sorted({len(m.samples) for m, _ in cells})
+        caught = math.nan
+        if fit and fit.held_out and all(r.matters for _, r in cells):  # judged by this model
+            judged = [(case, *cells[i % len(cells)]) for i, case in enumerate(fit.held_out)]
+
+            def detected(f: float) -> bool:
+                hit = sum(is_slower(Figure(c[1]), Figure(c[1] * math.exp(c[0] * model.scale(len(m.samples))) * f), r)
+                          for c, m, r in judged)
+                return hit >= noise.DETECTION * len(judged)
+
+            i = bisect.bisect_left(noise.SLOWDOWNS, True, key=detected)
+            caught = noise.SLOWDOWNS[i] if i < len(noise.SLOWDOWNS) else math.nan
+        rule = cells[0][1]
+        span = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
+        out.append(Resolution(f"{key[0]}, work changed ({span} rounds)",
+                              key[1], key[2], gated=rule.gated, ratio=rule.ratio if rule.gated else math.nan,
+                              floor_s=rule.floor_s, fastest_s=min(float(m.value) for m, _ in cells),
+                              smallest_detectable=caught, cells=len(cells), learned_from=fit.cells if fit else 0))
+    return out
+
+
 @dataclass(frozen=True)
 class Side:
     """One side of a comparison, read."""
@@ -244,7 +281,9 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         not_gated=found.not_gated, improvements=found.improvements, repicked=found.repicked,
         undecided=found.undecided, cells=found.cells,
         base_date=base.date, head_date=head.date,
-        resolution=resolution(base.measurements, rule_for, found.gated, model, l2, factor),
+        resolution=resolution(base.measurements, rule_for, found.gated, model, l2, factor)
+        + (changed_resolution(base.measurements, [c for c in found.cells if c.work], rule_for, found.work_changed,
+                              changed_model, l2) if paired and factor is None else []),
         spread=spread(base.measurements, head.measurements) if with_spread else [], cpu=cpu and model is None,
         paired=paired, overrides=overrides,
         noise={"model": model.name if model else None, "budget": noise.BUDGET,
