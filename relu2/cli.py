@@ -162,6 +162,12 @@ sides are written as plain asv results (DIR/base/, DIR/head/: samples one median
 order) with DIR/compare.json. Each round is kept in DIR/rounds/ as it ends: a compare that dies or
 is stopped (Ctrl-C) loses no measured round, and --resume --out DIR measures only the rest.
 
+Cells whose work changed: on CUDA with Nsight Compute the cells whose kernel differs are counted
+once a side (DIR/work.json). A cell whose exact work changed is judged by the GPU's same-box model
+at its share among such cells; while its rounds settle nothing (neither beyond its bar nor clear
+of the smallest slowdown its band must tell), it is measured again, those cells only, 3 rounds at a
+time on the same ABBA order, up to 12 a side (DIR/compare.json added_rounds).
+
 The verdict (relu2 gate --compare DIR, run after measuring): a cell moved by the median over rounds
 of head round i / the median of base rounds i-1..i+1, judged against the same-box noise model of
 this GPU (learned by relu2 noise learn --same-box from A/A compares), or --factor. A GPU without a
