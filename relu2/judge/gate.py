@@ -24,8 +24,8 @@ machine, and whether it clears every flagged cell (``CONTRADICTED_FROM``).
 
 from __future__ import annotations
 
-import bisect
 import fnmatch
+import itertools
 import math
 import os
 from dataclasses import dataclass, replace
@@ -36,8 +36,8 @@ from relu2.host.machine import is_cpu_machine
 from relu2.judge import noise
 from relu2.judge.noise import NoiseModel
 from relu2.judge.report import CPU_WHY, LAUNCH_WHY, GateReport, Resolution, change_lists
-from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Figure, Findings, Rule, check_versions, compare, confirm,
-                              family_of, is_slower, spread)
+from relu2.judge.rule import (GATED_MODES, REPICK_BOUND, Change, Findings, Rule, check_versions, compare, confirm,
+                              family_of, spread)
 from relu2.records import compare_folder
 from relu2.records.asv_names import SUMMARY, Cell
 from relu2.records.asv_results import Measurement, pick_machine, read_commit
@@ -66,18 +66,19 @@ def pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: floa
     Never another GPU's: a GPU with no model of its own is refused, or gated by ``--factor`` only; a
     same-box comparison without a same-box model for every cell is judged with the cross-box one
     (wider) and says so; a CPU is gated only with a model or ``--factor``."""
-    model, note = _pick_model(gpu, kind, path, factor, cpu)
-    changed = noise.model_for(noise.load_models(path), gpu, kind) if kind == noise.SAME_BOX else None
-    if changed is not None and changed.changed_work_only and factor is None:
-        note = (f"the cells whose work did not change are judged with its cross-box model (wider: the same-box "
-                f"model of {gpu} failed more A/As out of sample than the budget allows); the cells whose exact work "
-                f"changed with its same-box model (learned at {changed.rounds} rounds a side, read at theirs)")
-    return model, note, (changed if factor is None else None) or model
-
-
-def _pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: float | None,
-                cpu: bool) -> tuple[NoiseModel | None, str]:
     models = noise.load_models(path)
+    model, note = _pick_model(models, gpu, kind, factor, cpu)
+    changed = noise.model_for(models, gpu, kind)
+    if factor is not None or changed is None or not changed.changed_work_only:
+        return model, note, model
+    return model, (f"the cells whose work did not change are judged with its cross-box model (wider: the same-box "
+                   f"model of {gpu} failed more A/As out of sample than the budget allows); the cells whose exact "
+                   f"work changed with its same-box model (learned at {changed.rounds} rounds a side, read at "
+                   "theirs)"), changed
+
+
+def _pick_model(models: Sequence[NoiseModel], gpu: str, kind: str, factor: float | None,
+                cpu: bool) -> tuple[NoiseModel | None, str]:
     model = noise.model_for(models, gpu, kind)
     if model is not None and not model.changed_work_only:
         return model, ""
@@ -191,16 +192,10 @@ def changed_resolution(base: Sequence[Measurement], changed: Sequence[Change], r
         cells, fit = groups[key], model.fit_for(key)
         rounds = sorted({len(m.samples) for m, _ in cells})
         caught = math.nan
-        if fit and fit.held_out and all(r.matters for _, r in cells):  # judged by this model
-            judged = [(case, *cells[i % len(cells)]) for i, case in enumerate(fit.held_out)]
-
-            def detected(f: float) -> bool:
-                hit = sum(is_slower(Figure(c[1]), Figure(c[1] * math.exp(c[0] * model.scale(len(m.samples))) * f), r)
-                          for c, m, r in judged)
-                return hit >= noise.DETECTION * len(judged)
-
-            i = bisect.bisect_left(noise.SLOWDOWNS, True, key=detected)
-            caught = noise.SLOWDOWNS[i] if i < len(noise.SLOWDOWNS) else math.nan
+        if fit and all(r.matters for _, r in cells):  # judged by this model
+            judged = [(case[0] * model.scale(len(m.samples)), case[1], r)
+                      for case, (m, r) in zip(fit.held_out, itertools.cycle(cells))]
+            caught = noise.smallest_caught(judged, noise.SLOWDOWNS)
         rule = cells[0][1]
         span = f"{rounds[0]}" if len(rounds) == 1 else f"{rounds[0]}-{rounds[-1]}"
         out.append(Resolution(f"{key[0]}, work changed ({span} rounds)",

@@ -84,13 +84,14 @@ def noise_learn(results_dirs: Sequence[str], out: str | os.PathLike, *, same_box
     if changed_work_only and not same_box:
         raise ResultsError("--changed-work-only is for a same-box model (--same-box COMPARE_DIR...)")
     if same_box:
+        rounds = rounds_of(same_box)  # before the learning: one round count, or nothing is learned
         seen, runs, fixed = same_box_seen(same_box)
     else:
         seen, runs, fixed = cross_box_seen(results_dirs, exclude_boxes)
     sources = [*results_dirs, *same_box, *(f"without {b}" for b in exclude_boxes)]
     model = noise.learn(seen, sources=sources, command=command, **fixed)
     if same_box:
-        model = replace(model, rounds=rounds_of(same_box), changed_work_only=changed_work_only)
+        model = replace(model, rounds=rounds, changed_work_only=changed_work_only)
     kept = []
     if Path(out).is_file():
         try:

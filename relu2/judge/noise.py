@@ -162,7 +162,7 @@ class NoiseModel:
     sources: tuple[str, ...] = ()
     command: str = ""
     # Same-box: the rounds a side of every compare it learned from had.  A paired move over n rounds
-    # is the median of n logs, whose spread shrinks as 1/sqrt(n) (measured on the H200: docs/lab/results.md),
+    # is the median of n logs, whose spread shrinks as 1/sqrt(n) (the H200's A/As: scripts/changed_rounds.py),
     # so its bars are read at sqrt(rounds / n) of the learned ones; 0: never scaled.
     rounds: int = 0
     # Judges only the cells whose exact work changed: its out-of-sample check failed more no-change
@@ -490,20 +490,28 @@ def learn(seen: Sequence[PairSeen], **kwargs: Any) -> NoiseModel:
 def resolution(cases: Sequence[Sequence[float]], widths: Sequence[float], floor_s: float,
                slowdowns: Sequence[float]) -> float:
     """The smallest of ``slowdowns`` (ascending) flagged, by the gate's rule, in at least DETECTION of
-    the out-of-sample ``cases`` (each at one of the real cells' ``widths`` in turn); NaN if none.
-
-    A larger slowdown moves every case further past the same rule, so the share caught only grows
-    along ``slowdowns``: the smallest is found by bisection, a few of them tried instead of all."""
+    the out-of-sample ``cases`` (each at one of the real cells' ``widths`` in turn, at the threshold
+    it met); NaN if none."""
     if not cases:
         return math.nan
     widths = list(widths) or [0.0]
-    rules = [Rule(True, math.exp(log_ratio), floor_s, width=widths[i % len(widths)])
-             for i, (_, _, _, log_ratio) in enumerate(cases)]
+    return smallest_caught([(moved, base_s, Rule(True, math.exp(log_ratio), floor_s, width=widths[i % len(widths)]))
+                            for i, (moved, base_s, _, log_ratio) in enumerate(cases)], slowdowns)
+
+
+def smallest_caught(judged: Sequence[tuple[float, float, Rule]], slowdowns: Sequence[float]) -> float:
+    """The smallest of ``slowdowns`` (ascending) that ``is_slower`` flags in at least DETECTION of the
+    ``(move, base seconds, rule)`` cases, each case's move times the slowdown; NaN if none.
+
+    A larger slowdown moves every case further past the same rule, so the share caught only grows
+    along ``slowdowns``: the smallest is found by bisection, a few of them tried instead of all."""
+    if not judged:
+        return math.nan
 
     def detected(f: float) -> bool:
         caught = sum(is_slower(Figure(base_s), Figure(base_s * math.exp(moved) * f), rule)
-                     for (moved, base_s, _, _), rule in zip(cases, rules))
-        return caught >= DETECTION * len(cases)
+                     for moved, base_s, rule in judged)
+        return caught >= DETECTION * len(judged)
 
     i = bisect.bisect_left(slowdowns, True, key=detected)
     return slowdowns[i] if i < len(slowdowns) else math.nan

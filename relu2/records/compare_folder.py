@@ -17,7 +17,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from relu2.host.files import atomic_write_text
 from relu2.records.work import counted_from_json, describe_change, report_json
@@ -112,6 +112,15 @@ def shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def folder_of(path: Path, data: Mapping[str, Any]) -> CompareFolder:
+    """compare.json's fields as a CompareFolder, unchecked (``read_compare`` checks them; relu2 compare
+    reads its own while it measures)."""
+    return CompareFolder(path, str(data["box"]), str(data["machine"]), str(data.get("gpu", "")),
+                         str(data["base"]["sha"]), str(data["head"]["sha"]), int(data.get("rounds", 0)),
+                         tuple(str(s) for s in data.get("suites") or ()), data.get("narrowed"), data.get("cells"),
+                         int(data.get("added_rounds", 0)))
+
+
 def read_compare(folder: str | os.PathLike) -> CompareFolder:
     """DIR/compare.json, checked: format 1, complete, both shas, a box id and a GPU name of the allowed
     characters; ResultsError naming what is wrong."""
@@ -121,10 +130,7 @@ def read_compare(folder: str | os.PathLike) -> CompareFolder:
         data = json.loads(meta.read_text())
         if data.get("format") != FORMAT:
             raise ValueError(f"format {data.get('format')!r}, not {FORMAT}")
-        out = CompareFolder(path, str(data["box"]), str(data["machine"]), str(data.get("gpu", "")),
-                            str(data["base"]["sha"]), str(data["head"]["sha"]), int(data.get("rounds", 0)),
-                            tuple(str(s) for s in data.get("suites") or ()), data.get("narrowed"), data.get("cells"),
-                            int(data.get("added_rounds", 0)))
+        out = folder_of(path, data)
         complete = data["complete"]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ResultsError(f"{meta}: not a relu2 compare folder ({type(e).__name__}: {e})") from None

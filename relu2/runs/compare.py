@@ -63,7 +63,7 @@ from relu2.measure import counters, rounds
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS, merge
 from relu2.records.asv_names import timed_cell
-from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, CompareFolder, check_resumable,
+from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, check_resumable, folder_of,
                                           incomplete, write_info, write_work)
 from relu2.runs import asv_run
 from relu2.runs.asv_run import (ENV_INSTRUMENT, atomic_asv_writes, check_suite_environment, declared_implementations,
@@ -283,7 +283,6 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
     by_name = {"base": b, "head": h}
     last = first - 1 + rounds
     out = Measured(b, h, order(last)[2 * (first - 1):], {"base": [], "head": []}, {"base": [], "head": []})
-    rounds = last  # as the progress lines count them
     started = time.perf_counter()
     caches = {name: scratch / f"caches-{name}" for name in SIDE_NAMES}
     for i, name in enumerate(out.order):
@@ -292,7 +291,7 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
         if result.is_file():
             out.rounds[name].append(result)
             out.seconds[name].append(0.0)
-            say(f"{label}: round {r}/{rounds} {name} ({side.commit[:8]}) kept from the earlier run")
+            say(f"{label}: round {r}/{last} {name} ({side.commit[:8]}) kept from the earlier run")
             continue
         caches[name].mkdir(exist_ok=True)
         partial = result.with_suffix(".partial")
@@ -307,7 +306,7 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
         partial.replace(result)  # a round is kept whole or not at all
         out.rounds[name].append(result)
         out.seconds[name].append(time.perf_counter() - began)
-        say(f"{label}: round {r}/{rounds} {name} ({side.commit[:8]}) in {out.seconds[name][-1]:.0f} s, "
+        say(f"{label}: round {r}/{last} {name} ({side.commit[:8]}) in {out.seconds[name][-1]:.0f} s, "
             f"{time.perf_counter() - started:.0f} s in all")
     return out
 
@@ -578,18 +577,17 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
                     info["gpu"] = json.loads(ended.tail).get("gpu", "")
 
             record()
-            while rounds + info["added_rounds"] < CHANGED_MAX_ROUNDS:
-                again = unsettled(folder, info)
-                if not again:
-                    break
-                more = min(ADDED_ROUNDS, CHANGED_MAX_ROUNDS - rounds - info["added_rounds"])
-                say(f"relu2 compare: {len(again)} cells whose work changed are not settled by "
-                    f"{rounds + info['added_rounds']} rounds: {more} more rounds of them")
+            measured = rounds
+            while measured < CHANGED_MAX_ROUNDS and (again := unsettled(folder, info)):
+                more = min(ADDED_ROUNDS, CHANGED_MAX_ROUNDS - measured)
+                say(f"relu2 compare: {len(again)} cells whose work changed are not settled by {measured} rounds: "
+                    f"{more} more rounds of them")
                 added = measure_sides(b, h, r, scratch, more, device, cells=again, say=say, keep=folder / ROUNDS_DIR,
-                                      first=rounds + info["added_rounds"] + 1)
+                                      first=measured + 1)
                 for name in SIDE_NAMES:
                     done.rounds[name] += added.rounds[name]
-                info["added_rounds"] += more
+                measured += more
+                info["added_rounds"] = measured - rounds
                 write_info(folder, info)
                 record()
         info.update(finished_at=_now(), complete=True)
@@ -607,11 +605,8 @@ def unsettled(folder: Path, info: dict) -> list[Cell]:
     """The cells of a compare being measured (its sides' results written, its work counted) whose work
     changed and whose rounds do not settle them yet (``relu2.judge.rule.settled``), by the verdict
     ``relu2 gate --compare`` gives: relu2 compare measures them in more rounds."""
-    meta = CompareFolder(folder, info["box"], info["machine"], info["gpu"], info["base"]["sha"],
-                         info["head"]["sha"], info["rounds"], tuple(info["suites"]), info["narrowed"], info["cells"],
-                         info["added_rounds"])
     try:
-        report = gate.judge_compare(meta)
+        report = gate.judge_compare(folder_of(folder, info))
     except (ResultsError, UsageError):  # no model for this machine, or none readable: the verdict says so
         return []
     found = (timed_cell(c.benchmark, dict(c.params), c.unit) for c in report.undecided)
