@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,6 +46,23 @@ def concatenated(sides: list, k: int) -> list[tuple]:
         out.append((replace(got[0][0], samples=bs, value=quantile(bs, 0.5)),
                     replace(got[0][1], samples=hs, value=quantile(hs, 0.5))))
     return out
+
+
+def judged(stages: list[dict], cell, model, share: int, l2: int, planted: float, reverse: bool) -> tuple[bool, bool, int]:
+    """One cell judged as changed work, its head planted ``planted`` slower (``reverse``: base and head
+    swapped): (FAIL at 3 rounds, FAIL once settled or at the last stage the box has, rounds used)."""
+    for i, stage in enumerate(stages):
+        b, h, offset = stage[cell]
+        fb, fh = Figure.of(b), Figure.of(h)
+        if reverse:
+            fb, fh, offset = fh, fb, -offset
+        fh = fh.scaled(planted)
+        rule = changed_rule(model, b, share, l2, 0.0)  # as relu2 gate judges them: no floor
+        slower = is_slower(fb, fh, rule, True, offset)
+        first = slower if i == 0 else first
+        if settled(fb, fh, rule, True, offset) or i == len(stages) - 1 or cell not in stages[i + 1]:
+            return first, slower, len(fb.samples)
+    raise AssertionError("no stage")
 
 
 def spread_table(by_box: dict, l2: int) -> None:
@@ -87,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     by_box: dict[str, list] = defaultdict(list)
     for d in aa:
         by_box[read_compare(d).box].append(compare_sides(read_compare(d)))
-    tally: dict[tuple, list[float]] = defaultdict(lambda: [0.0] * 7)
+    tally: dict[tuple, Counter] = defaultdict(Counter)
     band = lambda cell: noise.band_of_cell(cell, l2)  # noqa: E731
     for box, sides in sorted(by_box.items()):
         model = replace(noise.held_out(seen, box, **fixed)[0], rounds=rounds_of(aa))
@@ -96,43 +113,32 @@ def main(argv: list[str] | None = None) -> int:
             pairs = concatenated(sides, k)
             offsets = reference_moves(pairs, band, paired=True)
             stages.append({b.cell: (b, h, offsets.get((b.cell.measure, band(b.cell)), 0.0)) for b, h in pairs})
-        for cell, first in stages[0].items():
+        for cell in stages[0]:
             if family_of(cell.impl) != "fixed kernels" or cell.measure not in ("hot", "cold"):
                 continue
             key = noise.group_of(cell, l2)
             if model.fit_for(key) is None:
                 continue
             row = tally[(cell.measure, key[2])]
-            row[0] += 2
-            for planted, (col_one, col_seq) in ((1.0, (1, 3)), (band_named(key[2]).matters, (2, 4))):
-                for reverse in ((False, True) if planted == 1.0 else (False,)):
-                    for i, stage in enumerate(stages):
-                        if cell not in stage:
-                            break
-                        b, h, offset = stage[cell]
-                        fb, fh = Figure.of(b), Figure.of(h)
-                        if reverse:
-                            fb, fh, offset = fh, fb, -offset
-                        fh = fh.scaled(planted)
-                        rule = changed_rule(model, b, args.share, l2, 0.0)  # as relu2 gate judges them: no floor
-                        slower = is_slower(fb, fh, rule, True, offset)
-                        if i == 0:
-                            row[col_one] += slower * (2 if planted != 1.0 else 1)
-                        if settled(fb, fh, rule, True, offset) or i == len(stages) - 1:
-                            break
-                    row[col_seq] += slower * (2 if planted != 1.0 else 1)
-                    if planted != 1.0:
-                        row[5] += len(fb.samples) * 2
-                    row[6] += 0
+            row["cells"] += 1
+            for reverse in (False, True):  # identical code, both directions
+                first, last, _ = judged(stages, cell, model, args.share, l2, 1.0, reverse)
+                row["aa fail 3"] += first
+                row["aa fail"] += last
+            first, last, rounds = judged(stages, cell, model, args.share, l2, band_named(key[2]).matters, False)
+            row["planted 3"] += first
+            row["planted"] += last
+            row["rounds"] += rounds
     spread_table(by_box, l2)
     print(f"\n{len(aa)} A/A compares on {len(by_box)} boxes ({', '.join(f'{b[:8]}: {len(s)}' for b, s in by_box.items())}); "
           f"fixed kernels judged as changed work at 1/{args.share} of the budget, each box left out")
-    print(f"{'mode':<6}{'band':<10}{'judgments':>10}{'A/A FAIL, 3 rounds':>20}{'planted caught':>16}"
+    print(f"{'mode':<6}{'band':<10}{'cells':>6}{'A/A FAIL, 3 rounds':>20}{'planted caught':>16}"
           f"{'A/A FAIL, more':>16}{'planted caught':>16}{'mean rounds':>13}")
     for (mode, band_name), row in sorted(tally.items()):
-        n = row[0]
-        print(f"{mode:<6}{band_name:<10}{n:>10.0f}{row[1]:>20.0f}{f'{row[2]:.0f} ({row[2] / n:.0%})':>16}"
-              f"{row[3]:>16.0f}{f'{row[4]:.0f} ({row[4] / n:.0%})':>16}{row[5] / n:>13.1f}")
+        n = row["cells"]
+        aa3, aa, p3, p = (f"{row['aa fail 3']} of {2 * n}", f"{row['aa fail']} of {2 * n}",
+                          f"{row['planted 3']} ({row['planted 3'] / n:.0%})", f"{row['planted']} ({row['planted'] / n:.0%})")
+        print(f"{mode:<6}{band_name:<10}{n:>6}{aa3:>20}{p3:>16}{aa:>16}{p:>16}{row['rounds'] / n:>13.1f}")
     return 0
 
 
