@@ -31,6 +31,10 @@
 #                   (IMPL:DTYPE:SHAPE:MODE), timed, its JSON report back in logs.tgz
 #     counters=ARGS relu2 counters ARGS (words joined by '+') into counters-N/ (N counts the calls on this box);
 #                   the folders come back in counters.tgz
+#     truth=PATCH[:N]  the planted kernel's true slowdown, apart from relu2 compare: N (3) pairs of
+#                   relu2 sweep --impl fused --modes hot,cold, one process each, alternating csrc/ and csrc/
+#                   with docs/aa/PATCH applied (RELU2_CSRC_DIR), into truth-NAME/{main,planted}-I/; back in
+#                   truth.tgz (python scripts/truth.py reads them)
 #     counters-patch=PATCH[:ARGS]  the same, with the fused kernel built from csrc/ with docs/aa/PATCH applied
 #                   (RELU2_CSRC_DIR), into counters-PATCHNAME-N/; ARGS default --impl+fused
 #
@@ -197,10 +201,28 @@ counters_step() {  # counters_step NAME ARGS: relu2 counters ARGS into $COUNTERS
 counters_patch() {  # counters_patch PATCH[:ARGS]: fused built from csrc/ with docs/aa/PATCH applied
   local patch=${1%%:*} args=--impl+fused src
   [ "$1" != "$patch" ] && args=${1#*:}
-  src=/tmp/relu2-csrc-${patch%.patch}
-  [ -d "$src" ] || { mkdir -p "$src" && cp -r "$ROOT/csrc" "$src/" && (cd "$src" && git apply "$ROOT/docs/aa/$patch"); } ||
-    { echo "-- counters-$patch: the patch does not apply" | tee -a "$LOG/summary.txt"; return 0; }
-  RELU2_CSRC_DIR=$src/csrc counters_step "${patch%.patch}" "$args"
+  src=$(patched_csrc "$patch") || { echo "-- counters-$patch: the patch does not apply" | tee -a "$LOG/summary.txt"; return 0; }
+  RELU2_CSRC_DIR=$src counters_step "${patch%.patch}" "$args"
+}
+
+patched_csrc() {  # patched_csrc PATCH: a copy of csrc/ with docs/aa/PATCH applied; prints its folder
+  local src=/tmp/relu2-csrc-${1%.patch}
+  [ -d "$src" ] || { mkdir -p "$src" && cp -r "$ROOT/csrc" "$src/" && (cd "$src" && git apply "$ROOT/docs/aa/$1"); } || return 1
+  echo "$src/csrc"
+}
+
+truth() {  # truth PATCH[:N]
+  local patch=${1%%:*} n=3 src dir i
+  [ "$1" != "$patch" ] && n=${1#*:}
+  src=$(patched_csrc "$patch") || { echo "-- truth-$patch: the patch does not apply" | tee -a "$LOG/summary.txt"; return 0; }
+  dir=/tmp/relu2-truth/truth-${patch%.patch}
+  for i in $(seq 1 "$n"); do
+    too_late "truth-${patch%.patch}-$i" "${RELU2_TRUTH_S:-60}" RELU2_TRUTH_S && break
+    run "truth-main-$i" python3 -m relu2 sweep --impl fused --modes hot,cold --no-progress --out "$dir/main-$i"
+    run "truth-planted-$i" env RELU2_CSRC_DIR="$src" python3 -m relu2 sweep --impl fused --modes hot,cold --no-progress --out "$dir/planted-$i"
+  done
+  tar -C /tmp/relu2-truth -czf "$OUT/truth.tgz" .
+  run "truth-table-${patch%.patch}" python3 scripts/truth.py "$dir"
 }
 
 inspect_all() {
@@ -258,8 +280,9 @@ for step in "${@:-smoke}"; do
     counters=*) counters_step grid "${step#counters=}" ;;
     counters-patch=*) counters_patch "${step#counters-patch=}" ;;
     history=*) history "${step#history=}" ;;
+    truth=*) truth "${step#truth=}" ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
-    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | planted=PATCH | compare=BASE,HEAD | suites=NAMES | sweep=ARG+ARG... | counters=ARG+ARG... | counters-patch=PATCH[:ARG+ARG...]]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | planted=PATCH | compare=BASE,HEAD | suites=NAMES | sweep=ARG+ARG... | counters=ARG+ARG... | counters-patch=PATCH[:ARG+ARG...] | history=PATCH:K:CELL | truth=PATCH[:N]]..." >&2; exit 2 ;;
   esac
 done
 if [ -d "/tmp/relu2-repo/$RESULTS" ]; then

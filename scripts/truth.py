@@ -1,0 +1,97 @@
+"""How much slower a planted kernel truly is, timed apart from relu2 compare, and what a compare caught.
+
+    python scripts/truth.py TRUTH_DIR [--report COMPARE_DIR/report.json ...] [--gpu H200]
+
+TRUTH_DIR holds the sweeps ``scripts/h200.sh truth=PATCH`` makes on one box: ``main-I/sweep.csv`` and
+``planted-I/sweep.csv`` for I = 1..N, fused built from csrc/ and from csrc/ with the patch applied
+(``RELU2_CSRC_DIR``), one process each, alternating (main, planted, main, ...).  A cell's true ratio is
+the median over I of planted-I / main-I (each a sweep's median); its spread is the smallest and largest.
+
+With ``--report``: each compare's fused cells whose true ratio reaches their band's ``matters`` (the
+smallest slowdown the verdict must tell: 1.05x in the L2, 1.03x beyond), and how many of them FAILed;
+and every FAIL of another implementation (the plant changes only fused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from relu2.records.rows import read_csv  # noqa: E402
+from relu2.vocab.schema import BAND_NAMES, band_named, band_of, bytes_moved, l2_of, quantile  # noqa: E402
+
+Key = tuple[str, int, str]  # dtype, numel, mode
+
+
+def sides(folder: Path) -> dict[str, list[dict[Key, float]]]:
+    """Per side (main, planted): each process's fused medians by (dtype, numel, mode)."""
+    out: dict[str, list[dict[Key, float]]] = defaultdict(list)
+    for d in sorted(folder.iterdir(), key=lambda p: (p.name.split("-")[0], int(p.name.split("-")[-1]))):
+        csv = d / "sweep.csv"
+        if not csv.exists() or d.name.split("-")[0] not in ("main", "planted"):
+            continue
+        out[d.name.split("-")[0]].append({(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(csv)
+                                          if r.impl == "fused" and r.status == "ok" and r.mode in ("hot", "cold")})
+    return out
+
+
+def true_ratios(folder: Path) -> dict[Key, tuple[float, float, float]]:
+    """(median, smallest, largest) over pairs of planted / main, per cell both sides have in every pair."""
+    got = sides(folder)
+    pairs = list(zip(got["main"], got["planted"]))
+    if not pairs:
+        raise SystemExit(f"{folder}: no main-I and planted-I sweeps")
+    keys = set.intersection(*(set(m) & set(p) for m, p in pairs))
+    out = {}
+    for k in keys:
+        r = [p[k] / m[k] for m, p in pairs]
+        out[k] = (quantile(r, 0.5), min(r), max(r))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("truth", type=Path)
+    parser.add_argument("--report", type=Path, action="append", default=[], help="a compare's report.json")
+    parser.add_argument("--gpu", default="H200", help="whose L2 sets the bands (default H200)")
+    args = parser.parse_args(argv)
+    l2 = l2_of({"gpu": args.gpu})
+    if l2 is None:
+        parser.error(f"no known L2 for {args.gpu}")
+    truth = true_ratios(args.truth)
+    band = lambda k: band_of(bytes_moved(k[1], k[0]), l2).name  # noqa: E731
+    pairs = len(sides(args.truth)["main"])
+    print(f"fused, planted / main: median over {pairs} pairs of sweeps (smallest-largest)")
+    print(f"{'mode':<6}{'dtype':<10}{'numel':>11}  {'band':<9}{'true ratio':>28}")
+    for k in sorted(truth, key=lambda k: (k[2], k[0], k[1])):
+        med, lo, hi = truth[k]
+        print(f"{k[2]:<6}{k[0]:<10}{k[1]:>11}  {band(k):<9}{med:>12.4f}  ({lo:.4f}-{hi:.4f})")
+    for path in args.report:
+        report = json.loads(path.read_text())
+        failed = {(c["params"]["impl"], c["params"]["dtype"], int(c["params"]["numel"]), c["benchmark"].rsplit("_", 1)[-1])
+                  for c in report["regressions"] if {"impl", "dtype", "numel"} <= set(c["params"])}
+        print(f"\n{path}: exit {report['exit_code']}, verdict {report['verdict']}")
+        tally: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        for k, (med, _, _) in truth.items():
+            if med >= band_named(band(k)).matters:
+                row = tally[(k[2], band(k))]
+                row[0] += 1
+                row[1] += ("fused", *k) in failed
+        print(f"{'mode':<6}{'band':<10}{'truly >= matters':>18}{'FAIL':>6}")
+        for (mode, b), (n, caught) in sorted(tally.items(), key=lambda t: (t[0][0], BAND_NAMES.index(t[0][1]))):
+            print(f"{mode:<6}{b:<10}{n:>18}{caught:>6}")
+        total = sum(n for n, _ in tally.values())
+        caught = sum(c for _, c in tally.values())
+        print(f"all   {'':<10}{total:>18}{caught:>6}  ({caught / total:.0%})" if total else "no cell truly moved that far")
+        others = sorted(f for f in failed if f[0] != "fused")
+        print(f"FAIL of other implementations: {len(others)}" + "".join(f"\n  {f}" for f in others))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
