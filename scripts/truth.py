@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -30,13 +31,12 @@ Key = tuple[str, int, str]  # dtype, numel, mode
 
 def sides(folder: Path) -> dict[str, list[dict[Key, float]]]:
     """Per side (main, planted): each process's fused medians by (dtype, numel, mode)."""
+    runs = sorted((m[1], int(m[2]), d / "sweep.csv") for d in folder.iterdir()
+                  if (m := re.fullmatch(r"(main|planted)-(\d+)", d.name)) and (d / "sweep.csv").exists())
     out: dict[str, list[dict[Key, float]]] = defaultdict(list)
-    for d in sorted(folder.iterdir(), key=lambda p: (p.name.split("-")[0], int(p.name.split("-")[-1]))):
-        csv = d / "sweep.csv"
-        if not csv.exists() or d.name.split("-")[0] not in ("main", "planted"):
-            continue
-        out[d.name.split("-")[0]].append({(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(csv)
-                                          if r.impl == "fused" and r.status == "ok" and r.mode in ("hot", "cold")})
+    for side, _, csv in runs:
+        out[side].append({(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(csv)
+                          if r.impl == "fused" and r.status == "ok" and r.mode in ("hot", "cold")})
     return out
 
 

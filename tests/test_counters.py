@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -336,3 +337,35 @@ def test_the_history_gate_reads_changed_work_from_the_counters_both_commits_reco
     picked = lambda ms, pick: [replace(x, fingerprint="abcdef" + pick * 6) for x in ms]  # noqa: E731
     assert compare(picked(side("a", 100.0), "1"), picked(side("b", 106.0), "2"), rule_for).work_changed == 0
     assert compare(picked(side("a", 100.0), "1"), picked(side("b", 106.0), "1"), rule_for).work_changed == 1
+
+
+def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(tmp_path, capsys):
+    """scripts/truth.py: a cell's true ratio is the median over pairs of sweeps; a compare catches the
+    fused cells truly past their band's ``matters`` that it FAILed, and names any other FAIL."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import truth
+
+    from relu2.records.rows import make_row, write_csv
+
+    cells = [("bfloat16", 2**10, "hot"), ("bfloat16", 2**28, "hot"), ("float32", 2**28, "cold")]
+    slower = {(2**10, "1"): 1.10, (2**10, "2"): 1.00, (2**10, "3"): 1.08, (2**28, "1"): 1.02, (2**28, "2"): 1.04,
+              (2**28, "3"): 1.05}
+    for i in "123":
+        for side in ("main", "planted"):
+            rows = [make_row(machine="m", commit="c", date="d", impl="fused", dtype=d, numel=n, shape=str(n), mode=mode,
+                             status="ok", median_s=1e-6 * n ** 0.5 * (slower[(n, i)] if side == "planted" else 1.0))
+                    for d, n, mode in cells]
+            (tmp_path / f"{side}-{i}").mkdir()
+            write_csv(rows, tmp_path / f"{side}-{i}" / "sweep.csv")
+    ratios = truth.true_ratios(tmp_path)
+    assert ratios[("bfloat16", 2**10, "hot")] == pytest.approx((1.08, 1.00, 1.10))
+    assert ratios[("float32", 2**28, "cold")] == pytest.approx((1.04, 1.02, 1.05))
+    fail = lambda impl, dtype, numel, mode: {"benchmark": f"bench_relu2.Grid.track_{mode}",  # noqa: E731
+                                             "params": {"impl": impl, "dtype": dtype, "numel": str(numel)}}
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"exit_code": 1, "verdict": "fail", "regressions": [
+        fail("fused", "bfloat16", 2**28, "hot"), fail("eager", "float16", 2**20, "cold"), {"benchmark": "x", "params": {}}]}))
+    assert truth.main([str(tmp_path), "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^all +3 +1  \(33%\)$", out, re.M)  # 1.08x in the L2, 1.04x twice beyond it; one FAILed
+    assert "FAIL of other implementations: 1\n  ('eager', 'float16', 1048576, 'cold')" in out
