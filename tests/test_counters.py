@@ -369,3 +369,23 @@ def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(
     out = capsys.readouterr().out
     assert re.search(r"^all +3 +1  \(33%\)$", out, re.M)  # 1.08x in the L2, 1.04x twice beyond it; one FAILed
     assert "FAIL of other implementations: 1\n  ('eager', 'float16', 1048576, 'cold')" in out
+
+
+VISIT = ROOT / "docs" / "aa" / "compare-h200-2026-12-05"
+
+
+@pytest.mark.parametrize("branch, exit_code, did_other_work", [
+    ("slow_fused_5_blocks", 1, 30), ("slow_fused_in_l2", 1, 30), ("comment_only", 0, 0)])
+def test_the_recorded_h200_compares_give_their_verdict_again(branch, exit_code, did_other_work):
+    """The compares relu2 compare made on the H200 with counters and added rounds (docs/aa/compare-h200-2026-12-05):
+    judged again here, each plant fails on fused alone, the comment passes, and each says how many of the
+    30 fused cells whose kernel differs did other work."""
+    from relu2.judge.gate import gate_compare
+
+    report = gate_compare(VISIT / f"h200-main_planted_{branch}")
+    assert report.exit_code == exit_code
+    # fused's cells, and its summary figure (Implementations.track_fused, no parameters)
+    assert all(dict(r.params).get("impl") == "fused" or r.benchmark.endswith("track_fused") for r in report.regressions)
+    assert len(report.regressions) == {"slow_fused_5_blocks": 23, "slow_fused_in_l2": 9, "comment_only": 0}[branch]
+    assert any(f"work counted for the 30 cells whose kernel differs: {did_other_work} did other work" in n
+               for n in report.notes())
