@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from relu2.judge.rule import GATED_MODES  # noqa: E402
+from relu2.records.asv_names import timed_cell  # noqa: E402
 from relu2.records.rows import read_csv  # noqa: E402
 from relu2.vocab.schema import BAND_NAMES, band_named, band_of, bytes_moved, l2_of, quantile  # noqa: E402
 
@@ -36,16 +38,16 @@ def sides(folder: Path) -> dict[str, list[dict[Key, float]]]:
     out: dict[str, list[dict[Key, float]]] = defaultdict(list)
     for side, _, csv in runs:
         out[side].append({(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(csv)
-                          if r.impl == "fused" and r.status == "ok" and r.mode in ("hot", "cold")})
+                          if r.impl == "fused" and r.status == "ok" and r.mode in GATED_MODES})
     return out
 
 
-def true_ratios(folder: Path) -> dict[Key, tuple[float, float, float]]:
-    """(median, smallest, largest) over pairs of planted / main, per cell both sides have in every pair."""
-    got = sides(folder)
+def true_ratios(got: dict[str, list[dict[Key, float]]]) -> dict[Key, tuple[float, float, float]]:
+    """(median, smallest, largest) over pairs of planted / main (``sides``), per cell both sides have in
+    every pair; {} without a pair."""
     pairs = list(zip(got["main"], got["planted"]))
     if not pairs:
-        raise SystemExit(f"{folder}: no main-I and planted-I sweeps")
+        return {}
     keys = set.intersection(*(set(m) & set(p) for m, p in pairs))
     out = {}
     for k in keys:
@@ -63,18 +65,25 @@ def main(argv: list[str] | None = None) -> int:
     l2 = l2_of({"gpu": args.gpu})
     if l2 is None:
         parser.error(f"no known L2 for {args.gpu}")
-    truth = true_ratios(args.truth)
+    if not args.truth.is_dir():
+        parser.error(f"{args.truth}: no such folder")
+    got = sides(args.truth)
+    truth = true_ratios(got)
+    if not truth:
+        parser.error(f"{args.truth}: no pair of main-I/sweep.csv and planted-I/sweep.csv with fused figures")
+    try:
+        reports = [(path, json.loads(path.read_text())) for path in args.report]
+    except (OSError, ValueError) as e:
+        parser.error(f"a --report is not readable JSON: {e}")
     band = lambda k: band_of(bytes_moved(k[1], k[0]), l2).name  # noqa: E731
-    pairs = len(sides(args.truth)["main"])
-    print(f"fused, planted / main: median over {pairs} pairs of sweeps (smallest-largest)")
+    print(f"fused, planted / main: median over {min(len(got['main']), len(got['planted']))} pairs of sweeps (smallest-largest)")
     print(f"{'mode':<6}{'dtype':<10}{'numel':>11}  {'band':<9}{'true ratio':>28}")
     for k in sorted(truth, key=lambda k: (k[2], k[0], k[1])):
         med, lo, hi = truth[k]
         print(f"{k[2]:<6}{k[0]:<10}{k[1]:>11}  {band(k):<9}{med:>12.4f}  ({lo:.4f}-{hi:.4f})")
-    for path in args.report:
-        report = json.loads(path.read_text())
-        failed = {(c["params"]["impl"], c["params"]["dtype"], int(c["params"]["numel"]), c["benchmark"].rsplit("_", 1)[-1])
-                  for c in report["regressions"] if {"impl", "dtype", "numel"} <= set(c["params"])}
+    for path, report in reports:
+        cells = (timed_cell(c["benchmark"], c["params"], c.get("unit")) for c in report["regressions"])
+        failed = {(cell.impl, cell.dtype, cell.numel, mode) for cell, mode in filter(None, cells)}
         print(f"\n{path}: exit {report['exit_code']}, verdict {report['verdict']}")
         tally: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         for k, (med, _, _) in truth.items():

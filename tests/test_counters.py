@@ -357,7 +357,7 @@ def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(
                     for d, n, mode in cells]
             (tmp_path / f"{side}-{i}").mkdir()
             write_csv(rows, tmp_path / f"{side}-{i}" / "sweep.csv")
-    ratios = truth.true_ratios(tmp_path)
+    ratios = truth.true_ratios(truth.sides(tmp_path))
     assert ratios[("bfloat16", 2**10, "hot")] == pytest.approx((1.08, 1.00, 1.10))
     assert ratios[("float32", 2**28, "cold")] == pytest.approx((1.04, 1.02, 1.05))
     fail = lambda impl, dtype, numel, mode: {"benchmark": f"bench_relu2.Grid.track_{mode}",  # noqa: E731
