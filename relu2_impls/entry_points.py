@@ -17,7 +17,7 @@ def fused() -> Implementation:
         return unavailable("fused", f"the fused extension did not build: {e}", broken=True)
     return Implementation("fused", op.relu_squared, devices=("cpu", "cuda") if op.has_cuda() else ("cpu",),
                           description="csrc/ kernel via torch.library (CUDA kernel and C++ CPU twin)",
-                          fingerprint=_constant(op.build_key()), kernel=_built_kernel)
+                          fingerprint=_constant(op.code_key()), kernel=_built_kernel)
 
 
 def triton() -> Implementation:
@@ -54,7 +54,7 @@ def vllm_cuda() -> Implementation:
     return Implementation("vllm_cuda", op.vllm_relu_squared, devices=devices, nan_to_zero=True,
                           description="csrc/ kernel of vLLM's relu_squared structure (a block per token row, "
                                       "128-bit vectors, fp32 f > 0 ? f : 0 squared): NaN -> +0, declared",
-                          fingerprint=_constant(op.build_key()), kernel=_built_kernel)
+                          fingerprint=_constant(op.code_key()), kernel=_built_kernel)
 
 
 def eager_inplace() -> Implementation:
@@ -113,8 +113,14 @@ class _constant:
 
 
 def _source_hash(module) -> str:
-    """A fingerprint for a kernel written in Python: the hash of the module that holds it."""
+    """A fingerprint for a kernel written in Python: the hash of the module that holds it, less its
+    comments and blank lines (Python's own tokens: a comment compiles to the same kernel)."""
     import hashlib
     import inspect
+    import io
+    import tokenize
 
-    return hashlib.sha256(inspect.getsource(module).encode()).hexdigest()[:16]
+    skipped = (tokenize.COMMENT, tokenize.NL)
+    tokens = tokenize.generate_tokens(io.StringIO(inspect.getsource(module)).readline)
+    code = "\n".join(f"{t.type} {t.string}" for t in tokens if t.type not in skipped)
+    return hashlib.sha256(code.encode()).hexdigest()[:16]

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Callable
 
 import torch
 
@@ -92,6 +93,7 @@ class BuildInfo:
     cuda: bool
     cached: bool
     why_no_cuda: str = ""
+    code: str = ""  # the plan's code key: what the build runs (``code_key``)
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,8 @@ class _Plan:
     cuda_cflags: tuple[str, ...]
     cuda: bool
     why_no_cuda: str
-    key: str
+    key: str  # names the build: every byte of the sources
+    code: str  # names what the build runs: the sources less comments and layout (``code_key``)
 
     @property
     def name(self) -> str:
@@ -196,15 +199,36 @@ def _gencode_flags() -> tuple[str, ...]:
     return tuple(f"-gencode=arch=compute_{major}{minor},code=sm_{major}{minor}" for major, minor in capabilities)
 
 
-def _cache_key(files: list[Path], settings: dict) -> str:
+def _cache_key(files: list[Path], settings: dict, read: Callable[[Path], bytes] = Path.read_bytes) -> str:
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode())
         digest.update(b"\0")
-        digest.update(path.read_bytes())
+        digest.update(read(path))
         digest.update(b"\0")
     digest.update(json.dumps(settings, sort_keys=True).encode())
     return digest.hexdigest()[:16]
+
+
+# A C++/CUDA comment, a string or character literal (kept whole: "//" inside one is no comment), or a
+# run of whitespace.  No raw strings in csrc/; a digit separator (1'000) at worst keeps text as it is.
+_C_TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\s+""", re.S)
+
+
+def _without_comments(text: str) -> str:
+    """C++ source less its comments and layout: whitespace runs become one space, or one newline where
+    they hold one (so preprocessor lines stay lines); literals stay as written."""
+    def strip(m: re.Match) -> str:
+        token = m.group(0)
+        return " " if token.startswith(("//", "/*")) else token
+    def squeeze(m: re.Match) -> str:
+        token = m.group(0)
+        return token if token[0] in "\"'" else "\n" if "\n" in token else " "
+    return _C_TOKEN.sub(squeeze, _C_TOKEN.sub(strip, text)).strip()
+
+
+def _code(path: Path) -> bytes:
+    return _without_comments(path.read_text()).encode()
 
 
 def _plan() -> _Plan:
@@ -229,7 +253,8 @@ def _plan() -> _Plan:
         "python": sys.version,
         "platform": [sys.platform, platform.machine()],
     }
-    return _Plan(root, sources, cflags, cuda_cflags, cuda, why_no_cuda, _cache_key(files, settings))
+    return _Plan(root, sources, cflags, cuda_cflags, cuda, why_no_cuda, _cache_key(files, settings),
+                 _cache_key(files, settings, read=_code))
 
 
 # --- building and importing ---------------------------------------------------------------------
@@ -298,7 +323,7 @@ def _build_and_import(verbose: bool) -> tuple[ModuleType, BuildInfo]:
         message = f"the relu2 extension in {plan.directory} did not load: {type(e).__name__}: {e}"
         _failures[plan.key] = (message, "")
         raise BuildError(message) from e
-    info = BuildInfo(plan.directory, time.perf_counter() - start, plan.cuda, cached, plan.why_no_cuda)
+    info = BuildInfo(plan.directory, time.perf_counter() - start, plan.cuda, cached, plan.why_no_cuda, plan.code)
     return module, info
 
 
@@ -324,11 +349,14 @@ def load() -> ModuleType:
     return _module
 
 
-def build_key() -> str:
-    """The cache key of the loaded build: a hash of the sources, flags and toolchain (loads it if needed)."""
+def code_key() -> str:
+    """What the loaded build runs, as a hash: the cache key's inputs with the sources' comments and
+    layout left out (loads it if needed).  A comment or a re-indent in csrc/ is a new build of the same
+    machine code (-lineinfo's line table aside), so it is the same kernel: the fingerprint a compare
+    reads to decide whose work to count."""
     load()
     assert _info is not None
-    return _info.directory.name
+    return _info.code
 
 
 def has_cuda() -> bool:

@@ -228,6 +228,44 @@ def test_cache_key_follows_the_source_contents(tmp_path, monkeypatch):
     assert fused._plan().key != original
 
 
+def _planted_csrc(tmp_path: Path, patch: str) -> Path:
+    """A copy of csrc/ with docs/aa/PATCH applied (the plants relu2 compare is judged on)."""
+    folder = tmp_path / patch
+    shutil.copytree(fused.source_dir(), folder)
+    subprocess.run(["git", "apply", "-p2", str(ROOT / "docs" / "aa" / patch)], cwd=folder, check=True)
+    return folder
+
+
+@pytest.mark.parametrize("patch, same_code", [
+    ("comment-only.patch", True),
+    ("slow-fused-5-blocks.patch", False), ("slow-fused-8-blocks.patch", False),
+    ("slow-fused-in-l2.patch", False), ("scatter-fused-20.patch", False),
+])
+def test_code_key_ignores_comments_and_only_comments(tmp_path, monkeypatch, patch, same_code):
+    """The fingerprint of the built kernel (code_key) is blind to a comment, so a compare counts no work for
+    it; every planted kernel change still reads as other code.  The build itself is keyed on every byte."""
+    original = fused._plan()
+    monkeypatch.setenv(fused.ENV_CSRC_DIR, str(_planted_csrc(tmp_path, patch)))
+    planted = fused._plan()
+    assert planted.key != original.key
+    assert (planted.code == original.code) is same_code
+
+
+def test_code_key_keeps_literals_and_lines(tmp_path, monkeypatch):
+    """Layout is squeezed, but "//" in a string is no comment and a newline still ends a preprocessor line."""
+    def code(name: str, edit) -> str:
+        folder = tmp_path / name
+        shutil.copytree(fused.source_dir(), folder)
+        (folder / "relu2_ops.cpp").write_text(edit((folder / "relu2_ops.cpp").read_text()))
+        monkeypatch.setenv(fused.ENV_CSRC_DIR, str(folder))
+        return fused._plan().code
+
+    original = fused._plan().code
+    assert code("layout", lambda t: t.replace("\n", "\n\n  ").replace(" = ", "  =  ") + "/* a block */\n") == original
+    assert code("literal-a", lambda t: t.replace('"', '"// a', 1)) != code("literal-b", lambda t: t.replace('"', '"// b', 1))
+    assert code("joined", lambda t: t.replace("\n#include", " #include", 1)) != original
+
+
 def test_a_second_process_loads_from_the_cache_without_building():
     code = "from relu2_impls import fused; info = fused.build(); print(info.cached, info.seconds, info.directory)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

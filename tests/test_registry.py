@@ -184,3 +184,21 @@ def test_compiled_paths_say_how_they_are_compiled():
     assert "graph_partition" in impls["compile_dynamic"].description
     assert "mark_dynamic(x, 0)" in impls["compile_dim0"].description
     assert "first called at 1 token" in impls["compile_dim0_1tok"].description
+
+
+def test_a_python_kernels_fingerprint_ignores_comments_and_blank_lines(tmp_path, monkeypatch):
+    """triton's fingerprint is its module's code, not its text: a comment is the same kernel (no work is
+    counted for it in a compare), a changed constant is not."""
+    import importlib
+
+    from relu2_impls.entry_points import _source_hash
+
+    kernel = "BLOCK = 1024\n\n\ndef relu2(x):\n    return x * x  # squared\n"
+    variants = {"original": kernel, "commented": "# relu squared\n" + kernel.replace("\n\n\n", "\n\n# two\n\n"),
+                "changed": kernel.replace("1024", "2048")}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    hashes = {}
+    for name, text in variants.items():
+        (tmp_path / f"kernel_{name}.py").write_text(text)
+        hashes[name] = _source_hash(importlib.import_module(f"kernel_{name}"))
+    assert hashes["commented"] == hashes["original"] != hashes["changed"]

@@ -670,7 +670,8 @@ COLUMNS: tuple[Column, ...] = (
              format=f.format) for f in CELL_FIGURES[:1]),
     Column("flags", str, "implausible figures: " + "; ".join(f"{k}: {d}" for k, d in FLAG_DOCS.items()),
            derive=_flags, default="", header="flags"),
-    Column("kernel", str, "fingerprint of what ran: a hash of the generated (compiled paths) or built kernel",
+    Column("kernel", str, "fingerprint of what ran: a hash of the generated (compiled paths) or built kernel "
+                              "(its sources less comments and layout)",
            default=""),
     # The work counters come last: a CSV of an older relu2 without them reads with NaN.
     *(Column(f.column, float, f.doc, unit=f.unit, default=float("nan"), header=f.header, format=f.format)
