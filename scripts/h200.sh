@@ -8,7 +8,7 @@
 #     tests         build, CUDA tests, relu2 check, SASS check
 #     inspect       relu2 inspect of the compiled paths, fused and triton on vLLM's shapes
 #     asv=REV       relu2 asv run on REV (a commit, a branch, or an asv range A..B), offline, results kept;
-#                   machine $RELU2_MACHINE (default h200) into $RELU2_RESULTS (default results);
+#                   machine $RELU2_MACHINE (default the GPU's model: h200, h100) into $RELU2_RESULTS (default results);
 #                   with RELU2_DEADLINE (epoch s), not started when under RELU2_STEP_S (200) s are left;
 #                   RELU2_ASV_BENCH=REGEX passes --bench (with RELU2_BENCH_SUITES, one suite only)
 #     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
@@ -55,7 +55,13 @@ TORCH_BIN=${RELU2_TORCH_BIN:-/opt/torch/.venv/bin}
 export PATH="$TORCH_BIN:$PATH"
 export RELU2_CACHE_DIR=${RELU2_CACHE_DIR:-/tmp/relu2-cache}
 export PYTHONPATH="$ROOT:/tmp/site:/tmp/relu2-self${PYTHONPATH:+:$PYTHONPATH}"
-MACHINE=${RELU2_MACHINE:-h200}
+# The machine label asv results and compare folders carry: the lent GPU's model (h200, h100), never an
+# H200's label on an H100's figures (the device tool may lend either).
+gpu_label() {
+  nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h[0-9]{3}' | tr 'A-Z' 'a-z'
+}
+MACHINE=${RELU2_MACHINE:-$(gpu_label)}
+MACHINE=${MACHINE:-h200}
 COUNTERS=/tmp/relu2-counters
 RESULTS=${RELU2_RESULTS:-results}
 # The copied checkout belongs to another user than root here; git would refuse to read it.
