@@ -2,10 +2,12 @@
 what planted kernel changes do to them.
 
     python scripts/counters_aa.py docs/aa/counters-h200-2026-12-03
+    python scripts/counters_aa.py docs/aa/counters-h200-2026-12-03 docs/aa/counters-h100-2026-12-05
 
-FOLDER holds one folder a box (box-a, box-b, ...), each holding the runs `relu2 counters` wrote
+Each FOLDER holds one folder a box (box-a, box-b, ...), each holding the runs `relu2 counters` wrote
 (aa-N: the same commit, every implementation; anything else: a planted change, compared with the
-box's aa-1).  A counter is exact in a cell when every launch of every A/A run, on every box, reads
+box's aa-1); several FOLDERs are read as one set of boxes (their box names must differ).
+A counter is exact in a cell when every launch of every A/A run, on every box, reads
 the same value for every kernel.  A compiled path whose autotuning picked another configuration in
 one run ran another kernel (its launch differs): those cells are counted apart, since there the
 counters are right to differ.
@@ -31,9 +33,17 @@ def spread(values: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("folders", type=Path, nargs="+", metavar="FOLDER")
     args = parser.parse_args(argv)
-    boxes = sorted(p for p in args.folder.iterdir() if p.is_dir())
+    missing = [str(f) for f in args.folders if not f.is_dir()]
+    if missing:
+        print(f"counters_aa: no such folder: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    boxes = sorted(p for folder in args.folders for p in folder.iterdir() if p.is_dir())
+    names = [box.name for box in boxes]
+    if len(set(names)) < len(names):
+        print(f"counters_aa: box names repeat across folders: {', '.join(sorted(names))}", file=sys.stderr)
+        return 2
     aa: dict[str, Counted] = {}
     planted: dict[str, tuple[Counted, Counted]] = {}
     for box in boxes:
@@ -45,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             elif first is not None and run.name != "smoke":
                 planted[f"{box.name}/{run.name}"] = (read_report(first), read_report(run))
     if len(aa) < 2:
-        print(f"{args.folder}: fewer than two A/A runs", file=sys.stderr)
+        print(f"{' '.join(map(str, args.folders))}: fewer than two A/A runs", file=sys.stderr)
         return 2
 
     seen: dict[Cell, list[Work]] = defaultdict(list)

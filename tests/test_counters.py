@@ -133,6 +133,22 @@ def test_the_aa_script_prints_the_table_docs_quote(capsys):
     assert "box-a/comment-only: work changed in 0 of 60 cells" in out
 
 
+def test_the_exact_counters_are_the_same_on_an_h100_as_on_the_h200(capsys, tmp_path):
+    """Three A/A runs on an H100 box (2026-12-05) read with the five H200 runs as one set: every exact
+    counter the same in every cell that ran one launch configuration (same sm_90 code, same grids)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import counters_aa
+
+    assert counters_aa.main([str(DATA), str(DATA.parent / "counters-h100-2026-12-05")]) == 0
+    out = capsys.readouterr().out
+    assert "8 A/A runs on 3 boxes" in out
+    for counter in ("instructions", "global_loads", "global_stores", "load_bytes", "store_bytes"):
+        assert f"{counter:<18} 266/266  0%" in out, out
+    (tmp_path / "box-a").mkdir()
+    assert counters_aa.main([str(DATA), str(tmp_path)]) == 2  # two boxes of one name would be one
+    assert "box names repeat" in capsys.readouterr().err
+
+
 def test_a_compare_reports_the_exact_work_change_beside_each_changed_kernel(tmp_path):
     """gate --compare reads DIR/work.json (relu2 compare writes it on CUDA: the cells whose kernel
     differs, counted once per side) and names each counted cell's change beside its kernel."""
