@@ -97,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(n for n, _ in tally.values())
         caught = sum(c for _, c in tally.values())
         print(f"all   {'':<10}{total:>18}{caught:>6}  ({caught / total:.0%})" if total else "no cell truly moved that far")
+        missed = sorted(k for k, (med, _, _) in truth.items()
+                        if med >= band_named(band(k)).matters and ("fused", *k) not in failed)
+        print(f"missed: {len(missed)}" + "".join(f"\n  {k[2]} {k[0]} {k[1]} ({band(k)}): truly {truth[k][0]:.4f}"
+                                                 for k in missed))
         others = sorted(f for f in failed if f[0] != "fused")
         print(f"FAIL of other implementations: {len(others)}" + "".join(f"\n  {f}" for f in others))
     return 0
