@@ -211,8 +211,10 @@ def _cache_key(files: list[Path], settings: dict, read: Callable[[Path], bytes] 
 
 
 # A C++/CUDA comment, a string or character literal (kept whole: "//" inside one is no comment), or a
-# run of whitespace.  No raw strings in csrc/; a digit separator (1'000) at worst keeps text as it is.
-_C_TOKEN = re.compile(r"""//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\s+""", re.S)
+# run of whitespace.  A line comment ending in a backslash goes on to the next line (lines are spliced
+# before comments are removed; GCC allows blanks after the backslash).  No raw strings in csrc/; a
+# digit separator (1'000) at worst keeps text as it is.
+_C_TOKEN = re.compile(r"""//(?:\\[ \t]*\n|[^\n])*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|\s+""", re.S)
 
 
 def _without_comments(text: str) -> str:
@@ -228,7 +230,7 @@ def _without_comments(text: str) -> str:
 
 
 def _code(path: Path) -> bytes:
-    return _without_comments(path.read_text()).encode()
+    return _without_comments(path.read_text(encoding="utf-8")).encode()
 
 
 def _plan() -> _Plan:
@@ -352,8 +354,8 @@ def load() -> ModuleType:
 def code_key() -> str:
     """What the loaded build runs, as a hash: the cache key's inputs with the sources' comments and
     layout left out (loads it if needed).  A comment or a re-indent in csrc/ is a new build of the same
-    machine code (-lineinfo's line table aside), so it is the same kernel: the fingerprint a compare
-    reads to decide whose work to count."""
+    kernels (the host code's TORCH_CHECK line numbers and -lineinfo's line table aside), so it keeps the
+    fingerprint a compare reads to decide whose work to count."""
     load()
     assert _info is not None
     return _info.code

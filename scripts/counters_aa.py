@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     boxes = sorted(p for folder in args.folders for p in folder.iterdir() if p.is_dir())
     names = [box.name for box in boxes]
-    if len(set(names)) < len(names):
-        print(f"counters_aa: box names repeat across folders: {', '.join(sorted(names))}", file=sys.stderr)
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        print(f"counters_aa: box names repeat across folders: {', '.join(repeated)}", file=sys.stderr)
         return 2
     aa: dict[str, Counted] = {}
     planted: dict[str, tuple[Counted, Counted]] = {}

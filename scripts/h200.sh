@@ -55,13 +55,18 @@ TORCH_BIN=${RELU2_TORCH_BIN:-/opt/torch/.venv/bin}
 export PATH="$TORCH_BIN:$PATH"
 export RELU2_CACHE_DIR=${RELU2_CACHE_DIR:-/tmp/relu2-cache}
 export PYTHONPATH="$ROOT:/tmp/site:/tmp/relu2-self${PYTHONPATH:+:$PYTHONPATH}"
-# The machine label asv results and compare folders carry: the lent GPU's model (h200, h100), never an
-# H200's label on an H100's figures (the device tool may lend either).
+# The machine label asv results and compare folders carry: the lent GPU's model (h200, h100, gh200),
+# never an H200's label on an H100's figures (the device tool may lend either); "gpu" where the name
+# says neither, so no figure takes a label it has not earned.
 gpu_label() {
-  nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h[0-9]{3}' | tr 'A-Z' 'a-z'
+  nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE '\bg?h[0-9]{3}\b' | head -1 |
+    tr 'A-Z' 'a-z'
 }
 MACHINE=${RELU2_MACHINE:-$(gpu_label)}
-MACHINE=${MACHINE:-h200}
+if [ -z "$MACHINE" ]; then
+  MACHINE=gpu
+  echo "h200.sh: no H100/H200 named by nvidia-smi: machine label '$MACHINE' (set RELU2_MACHINE to name it)" >&2
+fi
 COUNTERS=/tmp/relu2-counters
 RESULTS=${RELU2_RESULTS:-results}
 # The copied checkout belongs to another user than root here; git would refuse to read it.

@@ -10,8 +10,8 @@ Issue 26, shown on the CPU with the old workflow's own steps:
    Shown: the tampered copy passes a 7x slowdown, the judge step fails it.
 2. **The ground fingerprint.**  For the paths that do not autotune (fused, triton, vllm_cuda) the
    kernel fingerprint comes from code the head controls; a head that makes its kernel 3x slower and
-   grinds a comment until the fingerprint's first 6 hex digits match the base's was "repicked, never
-   failing".  The judge step fails it: the exemption is only for paths that autotune.
+   grinds a comment (today, comments do not move it: an unused constant) until the fingerprint's first
+   6 hex digits match the base's was "repicked, never failing".  The judge step fails it: the exemption is only for paths that autotune.
 
 Issue 39, at b478d2b's workflow (each test here fails there):
 

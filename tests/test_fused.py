@@ -252,10 +252,13 @@ def test_code_key_ignores_comments_and_only_comments(tmp_path, monkeypatch, patc
 
 
 def test_code_key_keeps_literals_and_lines(tmp_path, monkeypatch):
-    """Layout is squeezed, but "//" in a string is no comment and a newline still ends a preprocessor line."""
+    """Layout is squeezed, but "//" in a string is no comment, a newline still ends a preprocessor line,
+    and a backslash at a line comment's end makes the next line comment too."""
+    source = fused.source_dir()
+
     def code(name: str, edit) -> str:
         folder = tmp_path / name
-        shutil.copytree(fused.source_dir(), folder)
+        shutil.copytree(source, folder)
         (folder / "relu2_ops.cpp").write_text(edit((folder / "relu2_ops.cpp").read_text()))
         monkeypatch.setenv(fused.ENV_CSRC_DIR, str(folder))
         return fused._plan().code
@@ -263,7 +266,10 @@ def test_code_key_keeps_literals_and_lines(tmp_path, monkeypatch):
     original = fused._plan().code
     assert code("layout", lambda t: t.replace("\n", "\n\n  ").replace(" = ", "  =  ") + "/* a block */\n") == original
     assert code("literal-a", lambda t: t.replace('"', '"// a', 1)) != code("literal-b", lambda t: t.replace('"', '"// b', 1))
-    assert code("joined", lambda t: t.replace("\n#include", " #include", 1)) != original
+    assert code("joined", lambda t: t.replace("<ATen/ATen.h>\n#include", "<ATen/ATen.h> #include", 1)) != original
+    # A line comment ending in a backslash swallows the next line, as the compiler splices it.
+    assert code("spliced", lambda t: t + "// note \\\nint relu2_unused = 1;\n") == original
+    assert code("unspliced", lambda t: t + "// note\nint relu2_unused = 1;\n") != original
 
 
 def test_a_second_process_loads_from_the_cache_without_building():
