@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--share", type=int, default=60, help="cells whose work changed (default 60: fused's Grid)")
+    parser.add_argument("--plant", type=float, default=None, metavar="RATIO",
+                        help="the head planted RATIO slower (default: each band's matters)")
     args = parser.parse_args(argv)
     dirs = [str(d) for d in sorted(args.folder.iterdir()) if (d / "compare.json").exists()]
     aa = [d for d in dirs if (lambda m: m.base == m.head)(read_compare(d))]
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 first, last, _ = judged(stages, cell, model, args.share, l2, 1.0, reverse)
                 row["aa fail 3"] += first
                 row["aa fail"] += last
-            first, last, rounds = judged(stages, cell, model, args.share, l2, band_named(key[2]).matters, False)
+            planted = args.plant or band_named(key[2]).matters
+            first, last, rounds = judged(stages, cell, model, args.share, l2, planted, False)
             row["planted 3"] += first
             row["planted"] += last
             row["rounds"] += rounds
