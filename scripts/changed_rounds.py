@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plant", type=float, default=None, metavar="RATIO",
                         help="the head planted RATIO slower (default: each band's matters)")
     args = parser.parse_args(argv)
+    if not args.folder.is_dir():
+        parser.error(f"{args.folder}: no such folder")
+    if args.plant is not None and not args.plant > 0:
+        parser.error(f"--plant {args.plant}: a ratio must be positive")
     dirs = [str(d) for d in sorted(args.folder.iterdir()) if (d / "compare.json").exists()]
     aa = [d for d in dirs if (lambda m: m.base == m.head)(read_compare(d))]
     seen, _, fixed = same_box_seen(aa)
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 first, last, _ = judged(stages, cell, model, args.share, l2, 1.0, reverse)
                 row["aa fail 3"] += first
                 row["aa fail"] += last
-            planted = args.plant or band_named(key[2]).matters
+            planted = band_named(key[2]).matters if args.plant is None else args.plant
             first, last, rounds = judged(stages, cell, model, args.share, l2, planted, False)
             row["planted 3"] += first
             row["planted"] += last

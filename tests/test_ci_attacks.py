@@ -11,7 +11,8 @@ Issue 26, shown on the CPU with the old workflow's own steps:
 2. **The ground fingerprint.**  For the paths that do not autotune (fused, triton, vllm_cuda) the
    kernel fingerprint comes from code the head controls; a head that makes its kernel 3x slower and
    grinds a comment (today, comments do not move it: an unused constant) until the fingerprint's first
-   6 hex digits match the base's was "repicked, never failing".  The judge step fails it: the exemption is only for paths that autotune.
+   6 hex digits match the base's was "repicked, never failing".  The judge step fails it: the
+   exemption is only for paths that autotune.
 
 Issue 39, at b478d2b's workflow (each test here fails there):
 
