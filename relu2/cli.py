@@ -171,7 +171,9 @@ time on the same ABBA order, up to 12 a side (DIR/compare.json added_rounds).
 The verdict (relu2 gate --compare DIR, run after measuring): a cell moved by the median over rounds
 of head round i / the median of base rounds i-1..i+1, judged against the same-box noise model of
 this GPU (learned by relu2 noise learn --same-box from A/A compares), or --factor. A GPU without a
-same-box model is judged with its cross-box one (wider); a CPU without one is reported, not gated.
+same-box model is judged with its cross-box one (wider); a GPU with neither is refused before
+anything is measured (exit 2), unless --factor or --measure-only; a CPU without one is reported,
+not gated.
 The report names the model and prints its resolution for these cells (the smallest slowdown caught
 in 90% of no-change cases); it is written to DIR/report.txt|md|json. Exit 0 pass, 1 a finding (a
 regression, a failed or vanished cell, a round that did not complete), 2 unusable input (one line,
@@ -342,6 +344,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else compare_folder.default_out()
     if args.noise_model or os.environ.get("RELU2_NOISE_MODEL"):
         noise.load_models(args.noise_model)  # a model that does not read is refused before anything is measured
+    if not args.measure_only and args.factor is None:
+        compare.check_judgeable(args.device, args.noise_model)
 
     def saved() -> str:
         return (f"{compare_folder.kept_rounds(out)} rounds are kept in {out / compare_folder.ROUNDS_DIR} (compare.json: complete false; "

@@ -24,7 +24,9 @@
 #                   commits; BASE,BASE is an A/A; a repeat on a warm box gets DIR-2, -3), timed; the
 #                   folders come back in compare.tgz;
 #                   with RELU2_DEADLINE, not started under RELU2_COMPARE_S (300) s left and stopped
-#                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume)
+#                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume);
+#                   RELU2_COMPARE_ARGS adds arguments (--measure-only: the A/As of a GPU with no model yet,
+#                   which relu2 compare otherwise refuses before measuring)
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #     history=PATCH:K:CELL  a branch history-NAME in the clone: 16 commits after main (a line of docs each), the
 #                   Kth also applying docs/aa/PATCH to csrc/; then relu2 bisect main history-NAME --cell CELL
@@ -41,6 +43,8 @@
 # Expects, in the repository root: .whl/ holding asv and its dependencies (made here with
 # `bash ../shared/tools/gpu-box-wheels.sh .whl virtualenv pytest-xdist`: pytest-xdist for the addopts of pyproject.toml) and .whl/repo.bundle, a git bundle of the
 # repository (`git bundle create .whl/repo.bundle --all`; asv checks commits out of it).
+# What travels (the tracked tree, ~43 MB with docs/aa, and .whl) must stay under the device tool's
+# 64 MiB: only asv= steps need the virtualenv and pip wheels (7.7 MB); leave them out of .whl otherwise.
 # The box's own python3 (/opt/torch/.venv) has torch, triton, matplotlib, tqdm, pytest and ninja;
 # asv, asv-tachyon and virtualenv go into /tmp/site from .whl/, on its PYTHONPATH, and this checkout's
 # metadata into /tmp/relu2-self (the implementations under test are found through its entry points).
@@ -182,7 +186,7 @@ compare_step() {  # compare_step BASE,HEAD
   # From $ROOT, not the clone: `python3 -m` puts the current folder first on sys.path, and the
   # instrument must be this checkout's (the clone's relu2 is whatever the bundle held).
   run "compare-$name" bash -c "cd $ROOT && t0=\$SECONDS; timeout -s INT $limit python3 -m relu2 compare $base $head --repo $repo --machine $MACHINE \
-    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
+    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} ${RELU2_COMPARE_ARGS:-} --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
   tar -C $folders -czf "$OUT/compare.tgz" .
 }
 

@@ -111,6 +111,33 @@ def test_a_measured_distribution_neither_side_builds_isrefused(monkeypatch):
     compare.check_measured_env(["relu2-bench"])
 
 
+def test_a_gpu_with_no_model_to_judge_by_is_refused_before_anything_is_measured(tmp_path, capsys, monkeypatch):
+    """An H100 compare measured every round for 155 s and then stopped at the verdict with exit 2 (no
+    H100 model): it is refused first now, unless the compare is only measured or judged by a factor."""
+    measured = []
+    monkeypatch.setattr(compare, "resolve_device", lambda asked: "cuda")
+    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(compare, "measure", lambda base, head, out, **kw: measured.append(Path(out)))
+    monkeypatch.setattr(compare, "judge", lambda out, fmt, **kw: ("judged", 0))
+    line = refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "c")], capsys,
+                   "no noise model for NVIDIA H100 80GB HBM3", "--measure-only", "--factor")
+    assert "nothing measured" in line and not measured and not (tmp_path / "c").exists()
+    assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "m"), "--measure-only"]) == 0
+    assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "f"), "--factor", "1.05"]) == 0
+    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA H200")  # a model ships: measured, judged
+    assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "h")]) == 0
+    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "")  # unreadable here: the verdict says what it finds
+    assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "u")]) == 0
+    assert measured == [tmp_path / n for n in "mfhu"]
+
+
+@pytest.mark.cuda
+def test_the_gpu_read_apart_is_the_name_the_results_record():
+    from relu2.host.machine import gpu_name, gpu_name_apart
+
+    assert gpu_name_apart() == gpu_name() != ""
+
+
 @pytest.mark.parametrize("report, expected", [({}, "not a relu2 gate JSON report"),
                                               ({"regressions": []}, "flags no cell")])
 def test_confirm_refuses_a_report_with_nothing_to_measure(report, expected, tmp_path, capsys):

@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
@@ -53,6 +54,19 @@ def gpu_name() -> str:
     import torch
 
     return torch.cuda.get_device_name(0)
+
+
+def gpu_name_apart(timeout_s: float = 120) -> str:
+    """``gpu_name()`` read in a process of its own, so the caller holds no CUDA context beside the
+    processes that measure; "" when that process cannot say."""
+    here = str(Path(__file__).resolve().parents[2])
+    code = f"import sys; sys.path.insert(0, {here!r}); from relu2.host.machine import gpu_name; print(gpu_name())"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = done.stdout.strip().splitlines()
+    return lines[-1].strip() if done.returncode == 0 and lines else ""
 
 
 def machine_name(device: str) -> str:

@@ -55,10 +55,10 @@ from typing import Callable, Iterator, Sequence
 from relu2.host import busy as quiet
 from relu2.host import git
 from relu2.host.files import atomic_write_text
-from relu2.host.machine import machine_info, resolve_device
+from relu2.host.machine import gpu_name_apart, machine_info, resolve_device
 from relu2.host.outputs import claim_dir, name_part
 from relu2.host.proc import Ended, environ, run_child
-from relu2.judge import gate
+from relu2.judge import gate, noise
 from relu2.measure import counters, rounds
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS, merge
@@ -111,6 +111,23 @@ def check_instrument_env() -> None:
     if named and not (Path(named) / "relu2" / "__init__.py").is_file():
         raise UsageError(f"{ENV_INSTRUMENT}={named!r} holds no relu2 package: unset it (relu2 compare measures "
                          "with this checkout's instrument and names it itself)")
+
+
+def check_judgeable(asked_device: str | None, noise_model: str | os.PathLike | None) -> None:
+    """UsageError, before anything is built, when the verdict would refuse this GPU for want of a noise
+    model of its own (``relu2.judge.gate.pick_model``): the whole compare would be measured to end in
+    that refusal.  A CPU is never refused (its timings are reported), nor a GPU whose name its own
+    process cannot read (the verdict then says what it finds)."""
+    if resolve_device(asked_device) != "cuda":
+        return
+    gpu = gpu_name_apart()
+    if not gpu:
+        return
+    try:
+        gate.pick_model(gpu, noise.SAME_BOX, noise_model, None, cpu=False)
+    except ResultsError as e:
+        raise UsageError(f"{e}; nothing measured: --measure-only records the compare unjudged (A/As, BASE BASE, "
+                         "are what relu2 noise learn --same-box learns from), --factor R judges by one ratio") from None
 
 
 def check_declared(repo: Path, commits: dict[str, str]) -> set[str]:
