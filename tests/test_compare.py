@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,32 @@ def test_more_rounds_go_on_the_compare_s_abba_order_and_keep_its_numbering(tmp_p
                                            ((4, "head"), (4, "base"), (5, "base"), (5, "head"), (6, "head"), (6, "base"))]
     assert all(cells == [cell.to_json()] for _, cells in asked)
     assert [p.name for p in done.rounds["base"]] == ["round-4-base.pickle", "round-5-base.pickle", "round-6-base.pickle"]
+
+
+def test_both_sides_results_are_written_side_by_side_and_a_failed_one_is_named(tmp_path, monkeypatch):
+    """The two record processes run at once (a compare whose work changed writes both sides again after
+    every added batch of rounds); the side whose process failed is named, the other's figures kept."""
+    import threading
+
+    both_running, asked = threading.Barrier(2, timeout=30), []
+
+    def child(action, request, side, ruler, scratch, timeout_s, **env):
+        both_running.wait()  # a side written after the other never gets past this
+        asked.append((action, side.name, request["rounds"], request["date_ms"]))
+        return compare.Ended(0 if side.name != failing else 1, '{"gpu": "NVIDIA H200"}')
+
+    monkeypatch.setattr(compare, "_child", child)
+    b, h = (compare.Side(name, "0" * 40, tmp_path) for name in ("base", "head"))
+    done = compare.Measured(b, h, compare.order(3), {"base": [tmp_path / "b1"], "head": [tmp_path / "h1"]},
+                            {"base": [1.0], "head": [1.0]})
+    record = partial(compare.record_sides, b, h, compare.Ruler(tmp_path, tmp_path), tmp_path, done, tmp_path, "box",
+                     {"base": 1, "head": 2})
+    failing = None
+    assert record() == "NVIDIA H200"
+    assert sorted(asked) == [("record", "base", [str(tmp_path / "b1")], 1), ("record", "head", [str(tmp_path / "h1")], 2)]
+    failing = "base"
+    with pytest.raises(RuntimeError, match="writing the base's results failed: its process exited with status 1"):
+        record()
 
 
 def test_a_bad_ref_is_one_line_not_gits_usage_text(tmp_path, capsys):

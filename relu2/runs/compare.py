@@ -48,6 +48,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -363,6 +364,25 @@ def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Mea
         f"{time.perf_counter() - began:.0f} s")
 
 
+def record_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, done: Measured, folder: Path, machine: str,
+                 date_ms: dict[str, int]) -> str:
+    """Both sides' rounds written as asv results into ``folder/base`` and ``folder/head`` (``_record``),
+    the two processes side by side: nothing is measured while results are written, and a compare whose
+    work changed writes them again after every added batch of rounds.  Returns the GPU they recorded;
+    RuntimeError naming the side whose process failed."""
+    def one(side: Side) -> Ended:
+        return _child("record", {"benchmarks": str(ruler.benchmarks), "folder": str(folder / side.name),
+                                 "rounds": [str(p) for p in done.rounds[side.name]], "machine": machine,
+                                 "sha": side.commit, "date_ms": date_ms[side.name]}, side, ruler, scratch, 600)
+
+    with ThreadPoolExecutor(len(SIDE_NAMES)) as pool:
+        ended = dict(zip(SIDE_NAMES, pool.map(one, (b, h))))
+    for name, e in ended.items():
+        if not e.ok:
+            raise RuntimeError(f"writing the {name}'s results failed: its process {e.why()}")
+    return json.loads(ended[SIDE_NAMES[-1]].tail).get("gpu", "")
+
+
 def merged_cells(paths: Sequence[Path]) -> dict:
     """A side's rounds merged, as the suites' cache: ``{"device", "cells": {(impl, dtype, shape): entry}}``
     (entries as ``bench_relu2._entry`` writes them; samples one median a round, in round order)."""
@@ -582,18 +602,8 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say, keep=folder / ROUNDS_DIR)
             count_changed_work(b, h, r, scratch, done, device, folder, say)
 
-            def record() -> None:
-                for side in (b, h):
-                    ended = _child("record", {"benchmarks": str(r.benchmarks), "folder": str(folder / side.name),
-                                              "rounds": [str(p) for p in done.rounds[side.name]],
-                                              "machine": machine, "sha": side.commit,
-                                              "date_ms": git.commit_time(root, side.commit) * 1000},
-                                   side, r, scratch, 600)
-                    if not ended.ok:
-                        raise RuntimeError(f"writing the {side.name}'s results failed: its process {ended.why()}")
-                    info["gpu"] = json.loads(ended.tail).get("gpu", "")
-
-            record()
+            dates = {s.name: git.commit_time(root, s.commit) * 1000 for s in (b, h)}
+            info["gpu"] = record_sides(b, h, r, scratch, done, folder, machine, dates)
             measured = rounds
             while measured < CHANGED_MAX_ROUNDS and (again := unsettled(folder, info)):
                 more = min(ADDED_ROUNDS, CHANGED_MAX_ROUNDS - measured)
@@ -606,7 +616,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
                 measured += more
                 info["added_rounds"] = measured - rounds
                 write_info(folder, info)
-                record()
+                record_sides(b, h, r, scratch, done, folder, machine, dates)
         info.update(finished_at=_now(), complete=True)
         write_info(folder, info)
         shutil.rmtree(folder / ROUNDS_DIR)  # the results hold every round's figures now
