@@ -345,11 +345,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.noise_model or os.environ.get("RELU2_NOISE_MODEL"):
         noise.load_models(args.noise_model)  # a model that does not read is refused before anything is measured
     if not args.measure_only and args.factor is None:
-        compare.check_judgeable(args.device, args.noise_model)
+        compare.check_judgeable(args.device, args.noise_model, resume=args.resume)
+    # What resuming needs repeated: without them a GPU with no noise model would be refused.
+    judged_by = " --measure-only" if args.measure_only else f" --factor {args.factor:g}" if args.factor else ""
 
     def saved() -> str:
         return (f"{compare_folder.kept_rounds(out)} rounds are kept in {out / compare_folder.ROUNDS_DIR} (compare.json: complete false; "
-                f"--resume --out {out} measures the rest)" if (out / compare_folder.COMPARE_FILE).exists()
+                f"--resume --out {out}{judged_by} measures the rest)" if (out / compare_folder.COMPARE_FILE).exists()
                 else "nothing was written")
 
     with lifecycle.guard("relu2 compare", saved):

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from conftest import HAS_CUDA, ROOT, refused
 from relu2 import cli
+from relu2.judge import noise
 from relu2.records import compare_folder
 from relu2.runs import compare
 
@@ -155,7 +157,31 @@ def test_a_gpu_with_no_model_to_judge_by_is_refused_before_anything_is_measured(
     assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "h")]) == 0
     monkeypatch.setattr(compare, "gpu_name_apart", lambda: "")  # unreadable here: the verdict says what it finds
     assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "u")]) == 0
-    assert measured == [tmp_path / n for n in "mfhu"]
+    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA H100 80GB HBM3")
+    h100 = tmp_path / "h100.json"  # a model learned for it, named by the flag or the variable, lets it through
+    noise.save_models([replace(noise.load_models()[0], gpu="NVIDIA H100 80GB HBM3", kind=noise.SAME_BOX)], h100)
+    assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "n"), "--noise-model", str(h100)]) == 0
+    monkeypatch.setenv(noise.MODEL_ENV, str(h100))
+    assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "e")]) == 0
+    monkeypatch.delenv(noise.MODEL_ENV)
+    refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "c"), "--resume"], capsys, "nothing more measured")
+    assert measured == [tmp_path / n for n in ("m", "f", "h", "u", "n", "e")]
+
+
+def test_a_stopped_compare_s_hint_to_resume_repeats_how_it_is_judged(tmp_path, capsys, monkeypatch):
+    """h200.sh stops a new GPU's --measure-only A/As before its deadline: resuming them as the hint said,
+    without --measure-only, would be refused."""
+    def stopped(base, head, out, **kw):
+        Path(out).mkdir()
+        (Path(out) / compare_folder.COMPARE_FILE).write_text("{}")
+        raise RuntimeError("round 2 of head: its process was stopped")
+
+    monkeypatch.setattr(compare, "measure", stopped)
+    monkeypatch.setattr(compare, "check_judgeable", lambda *a, **kw: None)
+    for n, flags in enumerate((["--measure-only"], ["--factor", "1.05"], [])):
+        out = tmp_path / f"s{n}"
+        assert cli.main(["compare", "HEAD", "HEAD", "--out", str(out), *flags]) == 1
+        assert " ".join(["--resume", "--out", str(out), *flags, "measures the rest"]) in capsys.readouterr().err
 
 
 @pytest.mark.cuda

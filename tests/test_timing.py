@@ -144,6 +144,20 @@ def test_machine_info_has_the_asv_keys_as_strings():
     assert info["torch"] == torch.__version__
 
 
+def test_figures_measured_on_the_cpu_of_a_gpu_box_record_no_gpu(monkeypatch):
+    """A compare run with --device cpu on an H200 box recorded the H200, and was judged by its model."""
+    from types import SimpleNamespace
+
+    from relu2.host import machine
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(L2_cache_size=1 << 20))
+    monkeypatch.setattr(machine, "gpu_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(machine, "nvidia_driver_version", lambda: "570")
+    assert (machine_info()["gpu"], machine_info("cuda")["l2_bytes"]) == ("NVIDIA H200", str(1 << 20))
+    assert {k: machine_info("cpu")[k] for k in ("gpu", "driver", "l2_bytes")} == dict.fromkeys(("gpu", "driver", "l2_bytes"), "none")
+
+
 # --- CUDA (run on the GPU box) -------------------------------------------------------------
 
 
@@ -186,3 +200,4 @@ def test_cuda_l2_and_copy_bandwidth():
     assert timing.l2_bytes("cuda") > 1 << 20
     assert 100 < timing.copy_bandwidth("cuda") < 20_000
     assert machine_info()["gpu"] != "none"
+    assert machine_info("cpu")["gpu"] == "none"  # the CPU's figures on a GPU box are the CPU's

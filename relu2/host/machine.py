@@ -115,11 +115,12 @@ def _distribution_version(*names: str) -> str:
     return "none"
 
 
-def machine_info() -> dict[str, str]:
-    """gpu, driver, cuda, torch, triton and the GPU's L2 in bytes of this machine, as strings."""
+def machine_info(device: str | None = None) -> dict[str, str]:
+    """gpu, driver, cuda, torch, triton and the GPU's L2 in bytes of this machine, as strings; ``device``
+    "cpu" (figures measured on the CPU of a GPU box) records no GPU, as the verdict must judge them."""
     import torch
 
-    cuda = torch.cuda.is_available()
+    cuda = torch.cuda.is_available() and device != "cpu"
     return {
         "gpu": gpu_name() if cuda else "none",
         "driver": nvidia_driver_version() if cuda else "none",

@@ -114,11 +114,11 @@ def check_instrument_env() -> None:
                          "with this checkout's instrument and names it itself)")
 
 
-def check_judgeable(asked_device: str | None, noise_model: str | os.PathLike | None) -> None:
+def check_judgeable(asked_device: str | None, noise_model: str | os.PathLike | None, resume: bool = False) -> None:
     """UsageError, before anything is built, when the verdict would refuse this GPU for want of a noise
     model of its own (``relu2.judge.gate.pick_model``): the whole compare would be measured to end in
-    that refusal.  A CPU is never refused (its timings are reported), nor a GPU whose name its own
-    process cannot read (the verdict then says what it finds)."""
+    that refusal.  Figures measured on the CPU are never refused (recorded without a GPU, they are
+    reported), nor a GPU whose name its own process cannot read (the verdict then says what it finds)."""
     if resolve_device(asked_device) != "cuda":
         return
     gpu = gpu_name_apart()
@@ -127,7 +127,7 @@ def check_judgeable(asked_device: str | None, noise_model: str | os.PathLike | N
     try:
         gate.pick_model(gpu, noise.SAME_BOX, noise_model, None, cpu=False)
     except ResultsError as e:
-        raise UsageError(f"{e}; nothing measured: --measure-only records the compare unjudged (A/As, BASE BASE, "
+        raise UsageError(f"{e}; nothing {'more ' if resume else ''}measured: --measure-only records the compare unjudged (A/As, BASE BASE, "
                          "are what relu2 noise learn --same-box learns from), --factor R judges by one ratio") from None
 
 
@@ -442,7 +442,7 @@ def _record(request: dict) -> int:
     with contextlib.redirect_stdout(io.StringIO()):
         list_benchmarks(root, listed)
     described = {b["name"]: b for b in json.loads(listed.getvalue())}
-    machine = {**Machine.get_defaults(), "machine": request["machine"], **machine_info()}
+    machine = {**Machine.get_defaults(), "machine": request["machine"], **machine_info(cache["device"])}
     if machine.get("l2_bytes") in (None, "", "none"):
         # A CPU: the cache the noise model's bands are against is its last-level cache
         # (relu2.measure.timing.l2_bytes), which a same-box model learned from CPU compares needs.
