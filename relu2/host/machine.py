@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
+from relu2.host.proc import run_child
 from relu2.vocab.errors import DeviceError
 
 _DRIVER_FILE = Path("/proc/driver/nvidia/version")
@@ -61,12 +62,9 @@ def gpu_name_apart(timeout_s: float = 120) -> str:
     processes that measure; "" when that process cannot say."""
     here = str(Path(__file__).resolve().parents[2])
     code = f"import sys; sys.path.insert(0, {here!r}); from relu2.host.machine import gpu_name; print(gpu_name())"
-    try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    lines = done.stdout.strip().splitlines()
-    return lines[-1].strip() if done.returncode == 0 and lines else ""
+    ended = run_child([sys.executable, "-c", code], timeout_s=timeout_s)
+    lines = ended.stdout.strip().splitlines()
+    return lines[-1].strip() if ended.ok and lines else ""
 
 
 def machine_name(device: str) -> str:
