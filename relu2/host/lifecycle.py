@@ -169,6 +169,13 @@ def reap() -> None:
 # --- the guard ------------------------------------------------------------------------------------
 
 
+class Signalled(KeyboardInterrupt):
+    """Raised by the guard's handler at the first SIGINT or SIGTERM.  Not a plain ``KeyboardInterrupt``:
+    CPython marks one that leaves string-``exec``'d code (a dataclass or namedtuple being made, say) as
+    unhandled even once caught, and ``python -m`` then dies of SIGINT instead of exiting 130.  It only
+    checks for the exact type, so a subclass is never marked."""
+
+
 class Interrupted(KeyboardInterrupt):
     """The run was interrupted and its processes ended; the line saying so is already printed."""
 
@@ -253,7 +260,7 @@ def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") 
         run.stopped = len(left)
         _signal_all(left, signal.SIGTERM)  # they leave while this process unwinds
         if not closing:
-            raise KeyboardInterrupt
+            raise Signalled
 
     if main:
         for signum in (signal.SIGINT, signal.SIGTERM):
