@@ -156,3 +156,35 @@ def test_a_narrowed_run_gets_a_results_folder_of_its_own(tmp_path, monkeypatch, 
     assert "RELU2_BENCH_QUICK narrows the suites" in capsys.readouterr().err
     chosen = ["run", "--config", "mine.json", "HEAD^!"]
     assert asv_run._narrowed(chosen, str(base)) == chosen  # a results folder the user chose
+
+
+def test_an_edited_instrument_is_named_apart_from_its_commit(tmp_path):
+    from relu2.host import git
+
+    repo = tmp_path / "project"
+    (repo / "relu2").mkdir(parents=True)
+    (repo / "docs").mkdir()
+    (repo / "relu2" / "a.py").write_text("x = 1\n")
+    (repo / "docs" / "a.md").write_text("a\n")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    sha = git.head(repo)
+    paths = ("relu2",)
+    assert git.state(repo, paths) == sha
+    (repo / "docs" / "a.md").write_text("b\n")  # outside the instrument's folders
+    assert git.state(repo, paths) == sha
+    (repo / "relu2" / "a.py").write_text("x = 2\n")
+    edited = git.state(repo, paths)
+    assert edited.startswith(f"{sha}+dirty-")
+    assert git.state(repo / "relu2", paths) == edited  # named from inside, the same
+    (repo / "relu2" / "a.py").write_text("x = 3\n")
+    assert git.state(repo, paths) not in (sha, edited)  # another edit, another instrument
+    (repo / "relu2" / "a.py").write_text("x = 2\n")
+    assert git.state(repo, paths) == edited  # the same content, the same name
+    (repo / "relu2" / "b.py").write_text("")  # untracked
+    assert git.state(repo, paths) not in (sha, edited)
+    (repo / "relu2" / "b.py").unlink()
+    (repo / "relu2" / "a.py").unlink()  # deleted
+    assert git.state(repo, paths) not in (sha, edited)
+    (tmp_path / "plain").mkdir()
+    assert git.state(tmp_path / "plain") == "unknown"

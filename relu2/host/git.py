@@ -7,6 +7,7 @@ that may not be in this clone).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -74,6 +75,26 @@ def try_resolve(ref: str, repo: Repo = None) -> str | None:
 def head(repo: Repo = None) -> str:
     """The full hash of HEAD, or "unknown" outside a git checkout."""
     return try_output(repo, "rev-parse", "HEAD") or "unknown"
+
+
+def state(repo: Repo = None, paths: Sequence[str] = ()) -> str:
+    """What a record names as the code that ran from the checkout ``repo``: HEAD's hash, and where
+    ``paths`` (the whole tree when empty) differ from HEAD (edited, added, deleted or untracked; ignored
+    files aside) ``+dirty-`` and a digest of their contents, so that two edits read as two instruments
+    and none reads as HEAD.  "unknown" outside a checkout."""
+    root = toplevel(Path(repo) if repo is not None else Path.cwd())
+    sha = head(root) if root is not None else "unknown"
+    if sha == "unknown" or not try_output(root, "status", "--porcelain", "--untracked-files=all", "--", *paths):
+        return sha
+    listed = try_output(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths) or ""
+    digest = hashlib.sha256()
+    for name in sorted(set(filter(None, listed.split("\0")))):
+        try:
+            content = (root / name).read_bytes()
+        except OSError:  # deleted in the tree, still in the index
+            content = b"\0deleted"
+        digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+    return f"{sha}+dirty-{digest.hexdigest()[:12]}"
 
 
 def toplevel(path: str | os.PathLike) -> Path | None:

@@ -75,6 +75,8 @@ from relu2.vocab.schema import SKIPPED  # also the key under which a commit says
 from relu2.vocab.schema import ADDED_ROUNDS, CHANGED_MAX_ROUNDS, MAX_ROUNDS, MIN_ROUNDS, Cell
 
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
+# The folders of this checkout the ruler copies (``ruler``): compare.json's instrument names their state.
+INSTRUMENT_PATHS = ("relu2", "benchmarks")
 ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
 
 Say = Callable[[str], None]
@@ -582,7 +584,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             "rounds": rounds, "order": order(rounds), "suites": [],
             "narrowed": {k: os.environ[k] for k in NARROWING if os.environ.get(k, "").strip()},
             "cells": None if cells is None else [c.describe() for c in cells],
-            "instrument": git.head(Path(__file__).resolve().parents[2]), "started_at": _now(),
+            "instrument": git.state(Path(__file__).resolve().parents[2], INSTRUMENT_PATHS), "started_at": _now(),
             "finished_at": None, "complete": False, "added_rounds": 0}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
     with environ(env_suites):
