@@ -33,9 +33,10 @@ from relu2.judge.noise import band_of_cell  # noqa: E402
 from relu2.judge.rule import GATED_MODES  # noqa: E402
 from relu2.records.asv_results import load_measurements  # noqa: E402
 from relu2.records.compare_folder import read_compare  # noqa: E402
+from relu2.vocab.errors import ResultsError  # noqa: E402
 from relu2.vocab.schema import BAND_NAMES, OK, l2_of  # noqa: E402
 
-Key = tuple[str, str, str, int, str]  # impl, mode, dtype, numel, band
+Key = tuple[tuple, str]  # the cell's identity (relu2.records.asv_names.Cell.identity), its band
 
 
 def deviations(folder: Path) -> dict[Key, list[float]]:
@@ -48,9 +49,7 @@ def deviations(folder: Path) -> dict[Key, list[float]]:
         for m in load_measurements(folder / side):
             if m.status != OK or not m.rounds or m.cell.measure not in GATED_MODES:
                 continue
-            p = dict(m.cell.params)
-            key = (m.cell.impl, m.cell.measure, p.get("dtype", ""), int(p.get("numel", 0)), band_of_cell(m.cell, l2))
-            logs[key] += map(math.log, m.samples)
+            logs[(m.cell.identity, band_of_cell(m.cell, l2))] += map(math.log, m.samples)
     rounds = 2 * meta.rounds
     return {k: [x - st.mean(v) for x in v] for k, v in logs.items() if len(v) == rounds}
 
@@ -64,7 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     impls = args.impl.split(",")
     folders = []
     for path in sorted(args.root.glob("*/compare.json")):
-        meta = read_compare(path.parent)
+        try:
+            meta = read_compare(path.parent)
+        except ResultsError as e:
+            print(f"aa_spread: left out: {e}", file=sys.stderr)
+            continue
         if meta.base == meta.head:
             folders.append(path.parent)
     if not folders:
@@ -74,11 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     by_size: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
     for folder in folders:
         groups: dict[tuple[str, str, str], list[list[float]]] = defaultdict(list)
-        for (impl, mode, dtype, numel, band), d in deviations(folder).items():
+        for ((mode, impl, dtype, shape, extras), band), d in deviations(folder).items():
             if impl not in impls:
                 continue
             groups[(impl, mode, band)].append(d)
-            by_size[(impl, mode, dtype, numel)].append(st.pvariance(d))
+            numel = math.prod(int(n) for n in shape.split("x")) if shape and not extras else 0
+            if numel:
+                by_size[(impl, mode, dtype, numel)].append(st.pvariance(d))
         for key, ds in groups.items():
             v = st.mean(st.pvariance(d) for d in ds)
             cell_var[key].append(v)
@@ -96,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                 share = st.mean(s for s, _, _ in shared[key]) / v if v else math.nan
                 n = shared[key][0][2]
                 print(f"{impl:8} {mode:5} {band:12} {100 * math.sqrt(v):7.2f}% {share:7.2f} {1 / n:6.2f}")
-    print(f"\ncell sd by size, {args.dtype} (2^k elements)")
+    print(f"\ncell sd by size, {args.dtype} (2^k elements; the cells that name their size alone)")
     for impl in impls:
         for mode in GATED_MODES:
             sizes = sorted(n for i, m, d, n in by_size if (i, m, d) == (impl, mode, args.dtype))
