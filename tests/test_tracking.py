@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -188,3 +189,36 @@ def test_an_edited_instrument_is_named_apart_from_its_commit(tmp_path):
     assert git.state(repo, paths) not in (sha, edited)
     (tmp_path / "plain").mkdir()
     assert git.state(tmp_path / "plain") == "unknown"
+
+
+def test_an_instrument_file_whose_name_is_not_utf8_is_named_too(tmp_path):
+    from relu2.host import git
+
+    repo = tmp_path / "project"
+    (repo / "relu2").mkdir(parents=True)
+    (repo / "relu2" / "a.py").write_text("x = 1\n")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    sha = git.head(repo)
+    odd = os.fsencode(str(repo / "relu2")) + b"/caf\xe9.py"
+    with open(odd, "wb") as f:
+        f.write(b"y = 1\n")
+    first = git.state(repo, ("relu2",))
+    assert first.startswith(f"{sha}+dirty-") and first != f"{sha}+dirty-unknown"
+    with open(odd, "wb") as f:
+        f.write(b"y = 2\n")
+    assert git.state(repo, ("relu2",)) not in (sha, first)
+
+
+def test_an_instrument_git_cannot_read_is_never_named_clean(tmp_path, monkeypatch):
+    from relu2.host import git
+
+    repo = tmp_path / "project"
+    (repo / "relu2").mkdir(parents=True)
+    (repo / "relu2" / "a.py").write_text("x = 1\n")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    sha = git.head(repo)
+    real = git.try_output
+    monkeypatch.setattr(git, "try_output", lambda r, *a: None if a[0] == "status" else real(r, *a))
+    assert git.state(repo, ("relu2",)) == f"{sha}+dirty-unknown"

@@ -79,22 +79,40 @@ def head(repo: Repo = None) -> str:
 
 def state(repo: Repo = None, paths: Sequence[str] = ()) -> str:
     """What a record names as the code that ran from the checkout ``repo``: HEAD's hash, and where
-    ``paths`` (the whole tree when empty) differ from HEAD (edited, added, deleted or untracked; ignored
-    files aside) ``+dirty-`` and a digest of their contents, so that two edits read as two instruments
-    and none reads as HEAD.  "unknown" outside a checkout."""
+    ``paths`` (the whole tree when empty) differ from HEAD (edited, added, deleted or untracked; files
+    git ignores aside) ``+dirty-`` and a digest of their contents, so that two edits read as two
+    instruments and none reads as HEAD; ``+dirty-unknown`` where git cannot say.  "unknown" outside a
+    checkout."""
     root = toplevel(Path(repo) if repo is not None else Path.cwd())
     sha = head(root) if root is not None else "unknown"
-    if sha == "unknown" or not try_output(root, "status", "--porcelain", "--untracked-files=all", "--", *paths):
+    if sha == "unknown":
         return sha
-    listed = try_output(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths) or ""
+    changed = try_output(root, "status", "--porcelain", "--untracked-files=all", "--", *paths)  # names quoted
+    if changed == "":
+        return sha
+    try:  # bytes: a name need not be UTF-8
+        listed = subprocess.run(_argv(root, ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
+                                             *paths]), capture_output=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        listed = None
+    if changed is None or listed is None or listed.returncode != 0:
+        return f"{sha}+dirty-unknown"
     digest = hashlib.sha256()
-    for name in sorted(set(filter(None, listed.split("\0")))):
-        try:
-            content = (root / name).read_bytes()
-        except OSError:  # deleted in the tree, still in the index
-            content = b"\0deleted"
-        digest.update(name.encode() + b"\0" + hashlib.sha256(content).digest())
+    for name in sorted(set(filter(None, listed.stdout.split(b"\0")))):
+        digest.update(name + b"\0" + _file_digest(root / os.fsdecode(name)))
     return f"{sha}+dirty-{digest.hexdigest()[:12]}"
+
+
+def _file_digest(path: Path) -> bytes:
+    """sha256 of a file's bytes, read in chunks; a fixed marker for one that is gone (deleted in the tree)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return b"\0deleted"
+    return h.digest()
 
 
 def toplevel(path: str | os.PathLike) -> Path | None:
