@@ -981,7 +981,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"relu2 {args.command}: warning: {message}", file=sys.stderr)
 
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), lifecycle.interrupts():
             warnings.showwarning = one_line
             return args.func(args)
     except KeyboardInterrupt as e:

@@ -176,6 +176,27 @@ class Signalled(KeyboardInterrupt):
     checks for the exact type, so a subclass is never marked."""
 
 
+@contextlib.contextmanager
+def interrupts() -> Iterator[None]:
+    """Ctrl-C in the block raises ``Signalled`` where Python's own handler would raise a plain
+    ``KeyboardInterrupt``, so a command exits 130 outside a guarded run too (an unguarded command, or a
+    guarded one before its guard starts).  Only where SIGINT has Python's handler, in the main thread."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+
+    def on_sigint(signum: int, frame) -> None:
+        raise Signalled
+
+    signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is on_sigint:  # a guard stopped by a signal leaves it ignored
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class Interrupted(KeyboardInterrupt):
     """The run was interrupted and its processes ended; the line saying so is already printed."""
 
