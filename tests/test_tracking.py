@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
 from relu2 import cli
+from relu2.host import git  # noqa: E402
 from relu2.runs import asv_run  # noqa: E402
 from relu2.records.asv_results import resolve_commit  # noqa: E402
 from relu2.vocab.errors import ResultsError
@@ -159,16 +160,20 @@ def test_a_narrowed_run_gets_a_results_folder_of_its_own(tmp_path, monkeypatch, 
     assert asv_run._narrowed(chosen, str(base)) == chosen  # a results folder the user chose
 
 
-def test_an_edited_instrument_is_named_apart_from_its_commit(tmp_path):
-    from relu2.host import git
-
+@pytest.fixture
+def instrument_repo(tmp_path) -> Path:
+    """A scratch checkout of one commit: relu2/a.py (the instrument's folder) and docs/a.md (outside it)."""
     repo = tmp_path / "project"
-    (repo / "relu2").mkdir(parents=True)
-    (repo / "docs").mkdir()
-    (repo / "relu2" / "a.py").write_text("x = 1\n")
-    (repo / "docs" / "a.md").write_text("a\n")
+    for path, text in (("relu2/a.py", "x = 1\n"), ("docs/a.md", "a\n")):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(text)
     for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
         subprocess.run(["git", "-C", str(repo), *args], check=True)
+    return repo
+
+
+def test_an_edited_instrument_is_named_apart_from_its_commit(instrument_repo, tmp_path):
+    repo = instrument_repo
     sha = git.head(repo)
     paths = ("relu2",)
     assert git.state(repo, paths) == sha
@@ -191,14 +196,8 @@ def test_an_edited_instrument_is_named_apart_from_its_commit(tmp_path):
     assert git.state(tmp_path / "plain") == "unknown"
 
 
-def test_an_instrument_file_whose_name_is_not_utf8_is_named_too(tmp_path):
-    from relu2.host import git
-
-    repo = tmp_path / "project"
-    (repo / "relu2").mkdir(parents=True)
-    (repo / "relu2" / "a.py").write_text("x = 1\n")
-    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True)
+def test_an_instrument_file_whose_name_is_not_utf8_is_named_too(instrument_repo):
+    repo = instrument_repo
     sha = git.head(repo)
     odd = os.fsencode(str(repo / "relu2")) + b"/caf\xe9.py"
     with open(odd, "wb") as f:
@@ -210,14 +209,8 @@ def test_an_instrument_file_whose_name_is_not_utf8_is_named_too(tmp_path):
     assert git.state(repo, ("relu2",)) not in (sha, first)
 
 
-def test_an_instrument_git_cannot_read_is_never_named_clean(tmp_path, monkeypatch):
-    from relu2.host import git
-
-    repo = tmp_path / "project"
-    (repo / "relu2").mkdir(parents=True)
-    (repo / "relu2" / "a.py").write_text("x = 1\n")
-    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True)
+def test_an_instrument_git_cannot_read_is_never_named_clean(instrument_repo, monkeypatch):
+    repo = instrument_repo
     sha = git.head(repo)
     real = git.try_output
     monkeypatch.setattr(git, "try_output", lambda r, *a: None if a[0] == "status" else real(r, *a))

@@ -27,7 +27,9 @@ def _argv(repo: Repo, args: Sequence[str]) -> list[str]:
 def run(repo: Repo, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """``git -C repo ARGS``; UsageError naming git's reason when it fails and ``check``."""
     try:
-        done = subprocess.run(_argv(repo, args), capture_output=True, text=True, timeout=TIMEOUT_S)
+        # surrogateescape: a file name need not be UTF-8; os.fsencode gives its bytes back
+        done = subprocess.run(_argv(repo, args), capture_output=True, text=True, errors="surrogateescape",
+                              timeout=TIMEOUT_S)
     except (OSError, subprocess.SubprocessError) as e:
         raise UsageError(f"git {' '.join(args[:2])}: {e}") from None
     if check and done.returncode != 0:
@@ -87,19 +89,15 @@ def state(repo: Repo = None, paths: Sequence[str] = ()) -> str:
     sha = head(root) if root is not None else "unknown"
     if sha == "unknown":
         return sha
-    changed = try_output(root, "status", "--porcelain", "--untracked-files=all", "--", *paths)  # names quoted
+    changed = try_output(root, "status", "--porcelain", "--untracked-files=all", "--", *paths)
     if changed == "":
         return sha
-    try:  # bytes: a name need not be UTF-8
-        listed = subprocess.run(_argv(root, ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
-                                             *paths]), capture_output=True, timeout=TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        listed = None
-    if changed is None or listed is None or listed.returncode != 0:
+    listed = try_output(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths)
+    if changed is None or listed is None:
         return f"{sha}+dirty-unknown"
     digest = hashlib.sha256()
-    for name in sorted(set(filter(None, listed.stdout.split(b"\0")))):
-        digest.update(name + b"\0" + _file_digest(root / os.fsdecode(name)))
+    for name in sorted(set(filter(None, listed.split("\0")))):
+        digest.update(os.fsencode(name) + b"\0" + _file_digest(root / name))
     return f"{sha}+dirty-{digest.hexdigest()[:12]}"
 
 
