@@ -20,7 +20,6 @@ Then per size (``--dtype``), each implementation's cell sd hot and cold.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics as st
 import sys
@@ -29,9 +28,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from relu2.judge.gate import compare_sides  # noqa: E402
 from relu2.judge.noise import band_of_cell  # noqa: E402
 from relu2.judge.rule import GATED_MODES  # noqa: E402
-from relu2.records.asv_results import load_measurements  # noqa: E402
 from relu2.records.compare_folder import read_compare  # noqa: E402
 from relu2.vocab.errors import ResultsError  # noqa: E402
 from relu2.vocab.schema import BAND_NAMES, OK, l2_of  # noqa: E402
@@ -42,11 +41,11 @@ Key = tuple[tuple, str]  # the cell's identity (relu2.records.asv_names.Cell.ide
 def deviations(folder: Path) -> dict[Key, list[float]]:
     """Per cell, the deviations of its rounds (base's then head's) from their mean log."""
     meta = read_compare(folder)
-    machine = next((folder / "base").glob("*/machine.json"))
-    l2 = l2_of(json.loads(machine.read_text())) or 0
+    sides = compare_sides(meta)
+    l2 = l2_of(sides[0].info) or 0
     logs: dict[Key, list[float]] = defaultdict(list)
-    for side in ("base", "head"):
-        for m in load_measurements(folder / side):
+    for side in sides:
+        for m in side.measurements:
             if m.status != OK or not m.rounds or m.cell.measure not in GATED_MODES:
                 continue
             logs[(m.cell.identity, band_of_cell(m.cell, l2))] += map(math.log, m.samples)

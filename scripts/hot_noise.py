@@ -49,20 +49,11 @@ def measure(path: str) -> None:
     import triton.testing
 
     from relu2.measure.registry import copy_bytes
+    from relu2.measure.timing import _event_ms as event_ms
     from relu2_impls.fused import relu_squared
 
     run = {"run": uuid.uuid4().hex[:8], "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": triton.__version__}
-
-    def event_ms(work, before=None) -> float:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if before is not None:
-            before()
-        a.record()
-        work()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b)
 
     def graph_per_call_ms(call, n: int) -> float:
         g = torch.cuda.CUDAGraph()
@@ -161,6 +152,9 @@ def report(path: str) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "--report":
+        if not Path(argv[1]).is_file():
+            print(f"hot_noise: no such file: {argv[1]}", file=sys.stderr)
+            return 2
         report(argv[1])
     elif len(argv) == 1 and not argv[0].startswith("-"):
         measure(argv[0])
