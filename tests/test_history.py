@@ -260,6 +260,7 @@ def test_confirm_measures_base_and_head_again_in_fresh_processes(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     report = json.loads(out.read_text())
     assert (report["base"], report["head"], report["rounds"]) == (base, head, 3)
+    assert report["instrument"] == base  # the ruler: the clone's own relu2/, clean at base (as compare.json names it)
     from relu2.records.confirmed import read_remeasurement
 
     assert len(read_remeasurement(out).cells) == 2  # what relu2 gate --confirmed reads

@@ -77,6 +77,12 @@ from relu2.vocab.schema import ADDED_ROUNDS, CHANGED_MAX_ROUNDS, MAX_ROUNDS, MIN
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
 # The folders of this checkout the ruler copies (``ruler``): compare.json's instrument names their state.
 INSTRUMENT_PATHS = ("relu2", "benchmarks")
+
+
+def instrument_state() -> str:
+    """What the ruler copies, as a record names it: this checkout's commit, ``+dirty-<digest>`` where its
+    ``INSTRUMENT_PATHS`` were edited (``relu2.host.git.state``)."""
+    return git.state(Path(__file__).resolve().parents[2], INSTRUMENT_PATHS)
 ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
 
 Say = Callable[[str], None]
@@ -584,7 +590,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             "rounds": rounds, "order": order(rounds), "suites": [],
             "narrowed": {k: os.environ[k] for k in NARROWING if os.environ.get(k, "").strip()},
             "cells": None if cells is None else [c.describe() for c in cells],
-            "instrument": git.state(Path(__file__).resolve().parents[2], INSTRUMENT_PATHS), "started_at": _now(),
+            "instrument": instrument_state(), "started_at": _now(),
             "finished_at": None, "complete": False, "added_rounds": 0}
     env_suites = {"RELU2_BENCH_SUITES": ",".join(suites)} if suites else {}
     with environ(env_suites):

@@ -121,6 +121,7 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
     base_sha, head_sha = git.resolve(repo, base), git.resolve(repo, head)
     compare.check_declared(repo, {base: base_sha, head: head_sha})
     compare.check_instrument_env()
+    instrument = compare.instrument_state()  # before the ruler copies it, as a compare names its own
     results = {_key_of(t): Confirmed(t.cell.impl, t.cell.dtype, t.cell.shape_str, t.mode, t.benchmark, dict(t.params))
                for t in targets}
     cells = list(dict.fromkeys(t.cell for t in targets))
@@ -140,7 +141,7 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
                 for path in done.rounds[side.name]:
                     _take_round(results, side.name, pickle.loads(path.read_bytes()))
     return {"base": base_sha, "head": head_sha, "machine": machine or socket.gethostname(), "device": device,
-            "rounds": rounds, "order": done.order, "cells": [asdict(c) for c in results.values()]}
+            "instrument": instrument, "rounds": rounds, "order": done.order, "cells": [asdict(c) for c in results.values()]}
 
 
 def _key_of(t: Target) -> tuple:
