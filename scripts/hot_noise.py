@@ -1,7 +1,7 @@
 """Where the hot figure's noise between processes comes from (a lab probe, one process a run).
 
     python scripts/hot_noise.py OUT.jsonl           measure in this process, append a line per (impl, size, method)
-    python scripts/hot_noise.py --report OUT.jsonl  the spread of each method, per GPU
+    python scripts/hot_noise.py --report OUT.jsonl  the spread of each method, per GPU (OUT.jsonl.gz too)
 
 Hypothesis: triton's do_bench_cudagraph sizes its graph (n_repeat = rep / estimate) from five *eager*
 launches timed by events, which for a kernel of a microsecond can be the host's launch cost, not the
@@ -23,6 +23,7 @@ and the graph lengths dbc and dbc_sleep chose (calls made while capturing).
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -118,7 +119,8 @@ def measure(path: str) -> None:
 
 
 def report(path: str) -> None:
-    rows = [json.loads(line) for line in open(path)]
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:  # committed data is gzipped
+        rows = [json.loads(line) for line in f]
     by: dict[tuple, dict[str, list[float]]] = defaultdict(dict)  # (gpu, impl, numel, method) -> run -> values
     for r in rows:
         by[(r["gpu"], r["impl"], r["numel"], r["method"])][r["run"]] = r["values"]
