@@ -100,6 +100,32 @@ def test_calls_per_sample_is_adaptive_and_bounded():
     assert timing._calls_per_sample(1e-9, budget, limit=7) == 7
 
 
+def test_hot_sizes_its_graph_from_the_gpu_not_the_host(monkeypatch):
+    """Hot method 3: do_bench_cudagraph estimates its graph's length from five eager calls right after
+    its warm-up call; the warm-up leaves the GPU asleep so those five are timed as the GPU runs them
+    (timed as the host launched them, every process got another length: docs/lab/results.md).  One
+    sleep, after the first call, never inside the graph; the first replay is dropped."""
+    import sys
+    import types
+
+    events: list[str] = []
+
+    def do_bench_cudagraph(fn, rep, return_mode):  # triton's order: warm-up, five to estimate, capture
+        assert (rep, return_mode) == (FAST.sample_ms, "all")
+        for _ in range(1 + 5 + 3):
+            fn()
+        return [2.0, 1.0, 1.0]
+
+    triton = types.ModuleType("triton")
+    triton.testing = types.SimpleNamespace(do_bench_cudagraph=do_bench_cudagraph)
+    monkeypatch.setitem(sys.modules, "triton", triton)
+    monkeypatch.setitem(sys.modules, "triton.testing", triton.testing)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: events.append(f"sleep {cycles}"), raising=False)
+    samples = timing._cuda_hot(lambda x: events.append("call"), torch.ones(4), FAST)
+    assert events == ["call", f"sleep {timing.ESTIMATE_SLEEP_CYCLES}"] + ["call"] * 8
+    assert samples == [1e-3, 1e-3]  # ms to s, the first replay (the graph's upload) left out
+
+
 def test_budget_validation():
     with pytest.raises(ValueError):
         Budget(samples=0)

@@ -306,7 +306,8 @@ class WidthBook:
 
 def widths_of(runs: Sequence[Run]) -> dict[str, float]:
     """Per cell and kernel, how far its rounds spread between processes: log(q90/q10) of every round
-    recorded for it by today's methods, over distinct runs (a run copied into two folders counts
+    recorded for it by the methods its mode learns noise from (``Mode.noise_versions``: an earlier
+    method there is as noisy as today's or noisier, so a width from it errs wide), over distinct runs (a run copied into two folders counts
     once).  A cell bimodal between processes (333 or 368 µs, a process's allocations deciding) has a
     wide one wherever its processes landed; quantiles, not the extremes, so one odd round does not."""
     rounds: dict[str, list[float]] = {}
@@ -314,7 +315,7 @@ def widths_of(runs: Sequence[Run]) -> dict[str, float]:
     for run in runs:
         for m in run.measurements:
             if not (m.cell.measure in GATED_MODES and m.status == OK and m.rounds
-                    and m.version == mode_named(m.cell.measure).asv_version):
+                    and m.version in mode_named(m.cell.measure).noise_versions):
                 continue
             once = (m.machine, m.commit, m.started_at, m.cell.identity)
             if once in seen_runs:
@@ -333,7 +334,7 @@ def paired_widths_of(runs: Sequence[Run]) -> dict[str, float]:
         for m in run.measurements:
             clean = [s for s in m.samples if s > 0]
             if (m.cell.measure in GATED_MODES and m.status == OK and m.rounds and len(clean) >= 2
-                    and m.version == mode_named(m.cell.measure).asv_version):
+                    and m.version in mode_named(m.cell.measure).noise_versions):
                 spreads.setdefault(width_key(m), []).append(math.log(max(clean) / min(clean)))
     return {k: quantile(v, 0.5) for k, v in spreads.items()}
 

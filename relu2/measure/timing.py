@@ -263,29 +263,49 @@ def _event_ms(work: Callable[[], object], before: Callable[[], object] | None = 
     return start.elapsed_time(end)
 
 
+# GPU clock cycles the GPU is left asleep for before a graph's length is estimated (about 1 ms at an
+# H200's clock): longer than the host takes to queue the five calls of the estimate, so they are timed
+# as the GPU runs them, back to back, and not as the host launches them.
+ESTIMATE_SLEEP_CYCLES = 2_000_000
+
+
 def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
+    import torch
+    first = True
+
     def call() -> None:
+        # do_bench_cudagraph sizes its graph from five eager calls right after its warm-up call (this
+        # first one).  Timed as the host launches them they read tens of microseconds for a kernel of
+        # one, so its graph held another few dozen calls in every process, each carrying another share
+        # of the graph's fixed cost; queued behind a sleep, the graph gets the same length everywhere
+        # (hot method 3: docs/tracking.md, docs/lab/results.md "Where hot noise in the L2 lives").
+        nonlocal first
         fn(x)
+        if first:
+            first = False
+            torch.cuda._sleep(ESTIMATE_SLEEP_CYCLES)
 
     try:
         from triton.testing import do_bench_cudagraph
     except ImportError:
-        return _graph_replay_samples(call, budget)
+        return _graph_replay_samples(lambda: fn(x), budget)
     try:
         ms = do_bench_cudagraph(call, rep=budget.sample_ms, return_mode="all")
     except AssertionError:  # a triton older than return_mode="all": the same method, written out
-        return _graph_replay_samples(call, budget)
+        return _graph_replay_samples(lambda: fn(x), budget)
     samples = [m / 1e3 for m in ms]
     # The first replay also uploads the graph and is often the slowest: not the kernel's time.
     return samples[1:] if len(samples) > 2 else samples
 
 
 def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> list[float]:
-    """``do_bench_cudagraph``'s method: replay a graph of n back-to-back calls; seconds per call."""
+    """``do_bench_cudagraph``'s method: replay a graph of n back-to-back calls; seconds per call, n
+    from five calls timed behind a sleep of the GPU (as ``_cuda_hot`` has triton estimate it)."""
     import torch
     with torch.cuda.stream(torch.cuda.Stream()):  # capture may not run on the default stream
         call()
-        estimate_s = _event_ms(lambda: [call() for _ in range(5)]) / 5 / 1e3
+        estimate_s = _event_ms(lambda: [call() for _ in range(5)],
+                               before=lambda: torch.cuda._sleep(ESTIMATE_SLEEP_CYCLES)) / 5 / 1e3
         calls = _calls_per_sample(estimate_s, budget)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
