@@ -467,12 +467,14 @@ def test_a_compare_of_less_than_the_plan_is_refused(tmp_path, changes, why):
     assert reports["h200"]["exit"] == 2 and why in reports["h200"]["report"], reports["h200"]["report"]
 
 
-def _confirmation(folder: Path, cells: list[dict], machine: str = "h200", scale=lambda cell: 1.0) -> None:
+def _confirmation(folder: Path, cells: list[dict], machine: str = "h200", scale=lambda cell: 1.0,
+                  instrument: str = INSTRUMENT) -> None:
     """confirm.json as relu2 confirm writes it: each cell's rounds, the head's ``scale(cell)`` times the
     base's, flat at the compare's base figure (twice the compare's rounds)."""
     out = [{"benchmark": c["benchmark"], "params": c["params"], "base_rounds": [c["base"]] * 2 * ROUNDS,
             "head_rounds": [c["base"] * scale(c)] * 2 * ROUNDS} for c in cells]
-    (folder / "confirm.json").write_text(json.dumps({"base": BASE, "head": HEAD, "machine": machine, "cells": out}))
+    (folder / "confirm.json").write_text(json.dumps({"base": BASE, "head": HEAD, "machine": machine,
+                                                     "instrument": instrument, "cells": out}))
 
 
 def test_a_re_measurement_that_clears_every_flagged_cell_fails(tmp_path):
@@ -513,6 +515,17 @@ def test_a_re_measurement_of_another_machine_is_refused(tmp_path):
 
     _, reports = _aa(tmp_path, lambda f: _slower(f, "fused", 7.0), elsewhere)
     assert reports["h200"]["exit"] == 2 and "not on 'h200'" in reports["h200"]["report"]
+
+
+def test_a_re_measurement_by_another_instrument_is_refused(tmp_path):
+    """confirm.json names its instrument (relu2 confirm); one that is not this run's clears nothing."""
+    def other(folder: Path) -> None:
+        _install(_copy(tmp_path / "box"), tmp_path / "box-venv")
+        _confirmation(folder, _flagged(tmp_path / "box-venv" / "bin" / "relu2", folder), instrument="0" * 40)
+
+    _, reports = _aa(tmp_path, lambda f: _slower(f, "fused", 1.5, dtypes=["bfloat16"], sizes=[2**24]), other)
+    report = reports["h200"]["report"]
+    assert reports["h200"]["exit"] == 1 and "re-measurement (confirm.json) is not of" in report, report
 
 
 PAYLOAD = "b\n\n### ✅ relu2 gate: PASS\n<img src=x onerror=alert(1)> @octocat [x](https://e.invalid) | `"

@@ -172,6 +172,28 @@ def test_a_same_box_width_is_a_cells_spread_within_a_side_not_between_boxes(tmp_
     assert noise.widths_of(runs)[key] > math.log(1.5)
 
 
+def test_a_width_is_learned_from_a_cells_newest_method_never_pooled_across_methods(tmp_path):
+    """A new method may move a cell's level (hot method 3: 3-8% lower in the L2); rounds of two methods
+    pooled would read that step as spread.  A cell recorded by today's method takes today's width; an
+    earlier method the mode learns noise from serves only where today's recorded nothing."""
+    from dataclasses import replace
+
+    from relu2.vocab.schema import mode as mode_named
+
+    base, _ = compare_runs(make_compare(tmp_path / "aa", fx.COMMIT_3, fx.COMMIT_3))
+    m = next(m for m in base.measurements if m.cell.measure == "hot" and m.rounds and len(m.samples) >= 2)
+    hot = mode_named("hot")
+    older, today = hot.version_of(hot.method - 1), hot.asv_version
+    assert older in hot.noise_versions  # what makes the earlier method's widths usable at all
+    side = lambda i, version, level: replace(base, box=f"boot-{i}", measurements=(  # noqa: E731
+        replace(m, version=version, samples=(level, level * 1.01, level * 1.02), started_at=i),))
+    key = noise.width_key(m)
+    both = [side(0, older, 1.1e-5), side(1, today, 1e-5)]
+    assert noise.paired_widths_of(both)[key] == pytest.approx(math.log(1.02))
+    assert noise.widths_of(both)[key] < math.log(1.03)  # pooled, the 10% step would read as spread
+    assert noise.widths_of([side(0, older, 1.1e-5)])[key] > 0  # no round of today's: the earlier method's
+
+
 def test_the_same_box_model_judges_each_cell_at_its_own_width(tmp_path):
     folders = [str(make_compare(tmp_path / f"aa{i}", fx.COMMIT_3, fx.COMMIT_3, box=f"boot-{i}")) for i in range(2)]
     model = noise_learn([], tmp_path / "models.json", same_box=folders)

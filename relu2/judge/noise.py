@@ -304,39 +304,52 @@ class WidthBook:
         return self._cache[key]
 
 
+def _learned_method(m: Measurement) -> int | None:
+    """The method of a gated figure with rounds that its mode learns noise from (None: not such a figure)."""
+    if m.cell.measure not in GATED_MODES or m.status != OK or not m.rounds:
+        return None
+    mode = mode_named(m.cell.measure)
+    return mode.method_of(m.version) if m.version in mode.noise_versions else None
+
+
+def _newest(by_method: Mapping[str, Mapping[int, list[float]]]) -> dict[str, list[float]]:
+    """Per cell, the values of the newest method that recorded it: an earlier method's (as noisy as
+    today's or noisier: ``Mode.noise_versions``) only where today's has none, never pooled with it
+    (a new method may move a cell's level, which pooled rounds would read as spread)."""
+    return {key: methods[max(methods)] for key, methods in by_method.items()}
+
+
 def widths_of(runs: Sequence[Run]) -> dict[str, float]:
     """Per cell and kernel, how far its rounds spread between processes: log(q90/q10) of every round
-    recorded for it by the methods its mode learns noise from (``Mode.noise_versions``: an earlier
-    method there is as noisy as today's or noisier, so a width from it errs wide), over distinct runs (a run copied into two folders counts
-    once).  A cell bimodal between processes (333 or 368 µs, a process's allocations deciding) has a
-    wide one wherever its processes landed; quantiles, not the extremes, so one odd round does not."""
-    rounds: dict[str, list[float]] = {}
+    recorded for it by its newest method (``_newest``), over distinct runs (a run copied into two folders
+    counts once).  A cell bimodal between processes (333 or 368 µs, a process's allocations deciding)
+    has a wide one wherever its processes landed; quantiles, not the extremes, so one odd round does not."""
+    rounds: dict[str, dict[int, list[float]]] = {}
     seen_runs: set[tuple] = set()
     for run in runs:
         for m in run.measurements:
-            if not (m.cell.measure in GATED_MODES and m.status == OK and m.rounds
-                    and m.version in mode_named(m.cell.measure).noise_versions):
-                continue
+            method = _learned_method(m)
             once = (m.machine, m.commit, m.started_at, m.cell.identity)
-            if once in seen_runs:
+            if method is None or once in seen_runs:
                 continue
             seen_runs.add(once)
-            rounds.setdefault(width_key(m), []).extend(s for s in m.samples if s > 0)
-    return {k: math.log(quantile(v, 0.9) / quantile(v, 0.1)) for k, v in rounds.items() if len(v) >= 2}
+            rounds.setdefault(width_key(m), {}).setdefault(method, []).extend(s for s in m.samples if s > 0)
+    return {k: math.log(quantile(v, 0.9) / quantile(v, 0.1)) for k, v in _newest(rounds).items() if len(v) >= 2}
 
 
 def paired_widths_of(runs: Sequence[Run]) -> dict[str, float]:
     """Per cell and kernel, how far its rounds spread within one side of a compare: the median over
-    sides of log(max/min) of its rounds.  Within a side, not pooled over sides as ``widths_of`` does:
-    boxes differ in a cell's level (2^28 cells by 1-3%), and a paired move never sees that."""
-    spreads: dict[str, list[float]] = {}
+    sides (of its newest method, ``_newest``) of log(max/min) of its rounds.  Within a side, not pooled
+    over sides as ``widths_of`` does: boxes differ in a cell's level (2^28 cells by 1-3%), and a paired
+    move never sees that."""
+    spreads: dict[str, dict[int, list[float]]] = {}
     for run in runs:
         for m in run.measurements:
             clean = [s for s in m.samples if s > 0]
-            if (m.cell.measure in GATED_MODES and m.status == OK and m.rounds and len(clean) >= 2
-                    and m.version in mode_named(m.cell.measure).noise_versions):
-                spreads.setdefault(width_key(m), []).append(math.log(max(clean) / min(clean)))
-    return {k: quantile(v, 0.5) for k, v in spreads.items()}
+            method = _learned_method(m)
+            if method is not None and len(clean) >= 2:
+                spreads.setdefault(width_key(m), {}).setdefault(method, []).append(math.log(max(clean) / min(clean)))
+    return {k: quantile(v, 0.5) for k, v in _newest(spreads).items()}
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ class Budget:
     ``max_calls`` caps the calls per sample (it bounds CUDA-graph size and capture time for tiny
     tensors, where a call takes a microsecond).  On CUDA the ``hot`` figure comes from triton's
     ``do_bench_cudagraph``, which always takes 10 samples (the first one is dropped, see
-    ``_cuda_hot``); ``samples`` applies to the other figures.
+    ``_cuda_hot``) of a graph it sizes itself (``sample_ms`` over its estimate of a call: about 900
+    calls of a 1 µs kernel at 2 ms, uncapped); ``samples`` and ``max_calls`` apply to the other figures.
     """
 
     samples: int = 10
@@ -274,8 +275,8 @@ def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     first = True
 
     def call() -> None:
-        # do_bench_cudagraph sizes its graph from five eager calls right after its warm-up call (this
-        # first one).  Timed as the host launches them they read tens of microseconds for a kernel of
+        # do_bench_cudagraph (triton 3) sizes its graph from five eager calls right after its warm-up
+        # call (this first one); older tritons timed a one-call graph there, for which the sleep is moot.  Timed as the host launches them they read tens of microseconds for a kernel of
         # one, so its graph held another few dozen calls in every process, each carrying another share
         # of the graph's fixed cost; queued behind a sleep, the graph gets the same length everywhere
         # (hot method 3: docs/tracking.md, docs/lab/results.md "Where hot noise in the L2 lives").

@@ -90,7 +90,7 @@ class Mode:
 
 # Methods (docs/tracking.md lists them): hot 2, cold 3 and launch 2 are the first measured in rounds,
 # each figure the median of ``MIN_ROUNDS`` independent worker processes' medians.  Hot 3 sizes its graph
-# from the GPU's time, not the host's: 3-9x quieter between processes in the L2, the same beyond.
+# from the GPU's time, not the host's: 2.7-8.6x quieter between processes in the L2, the same beyond 4x.
 # The noise model also learns from the single-process figures before them (the A/A runs of earlier
 # boxes), except cold's method 1, whose L2 flush split the largest figures in two.
 MODES: tuple[Mode, ...] = (
