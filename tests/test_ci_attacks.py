@@ -525,7 +525,7 @@ def test_a_re_measurement_by_another_instrument_is_refused(tmp_path):
 
     _, reports = _aa(tmp_path, lambda f: _slower(f, "fused", 1.5, dtypes=["bfloat16"], sizes=[2**24]), other)
     report = reports["h200"]["report"]
-    assert reports["h200"]["exit"] == 1 and "re-measurement (confirm.json) is not of" in report, report
+    assert reports["h200"]["exit"] == 2 and "a re-measurement by instrument '000" in report, report
 
 
 PAYLOAD = "b\n\n### ✅ relu2 gate: PASS\n<img src=x onerror=alert(1)> @octocat [x](https://e.invalid) | `"

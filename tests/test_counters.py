@@ -275,7 +275,8 @@ def test_a_changed_cell_is_confirmed_at_the_share_that_flagged_it(tmp_path):
     cell = next(c for c in first.regressions if c.label == "Grid.track_hot(impl=fused, dtype=bfloat16, numel=268435456)")
     assert cell.work and 1.03 < cell.threshold < 1.04
     meta, again = read_compare(folder), tmp_path / "again.json"
-    again.write_text(json.dumps({"base": meta.base, "head": meta.head, "machine": meta.machine, "cells": [{
+    again.write_text(json.dumps({"base": meta.base, "head": meta.head, "machine": meta.machine,
+                                 "instrument": meta.instrument, "cells": [{
         "benchmark": cell.benchmark, "params": dict(cell.params), "base_rounds": [cell.base] * 6,
         "head_rounds": [cell.base * 1.04] * 6}]}))
     report = gate_compare(folder, confirmed=again)  # the other flagged cells, not re-measured, still fail

@@ -233,7 +233,8 @@ def test_a_compare_s_flagged_cells_are_confirmed_or_not_by_their_re_measurement(
     def again(name: str, head_scale: float, drift: float = 0.0) -> Path:  # as relu2 confirm writes it
         path = tmp_path / name
         base_rounds = [base_s * (1 + drift * i) for i in range(6)]  # the box drifting as it measures
-        path.write_text(json.dumps({"base": fx.COMMIT_3, "head": fx.COMMIT_3, "machine": fx.MACHINE, "cells": [{
+        path.write_text(json.dumps({"base": fx.COMMIT_3, "head": fx.COMMIT_3, "machine": fx.MACHINE,
+                                    "instrument": "0" * 40, "cells": [{
             "benchmark": fx.PLANTED_BENCH, "params": {k: str(v) for k, v in fx.PLANTED_PARAMS.items()},
             "base_rounds": base_rounds, "head_rounds": [b * head_scale for b in base_rounds]}]}))
         return path
@@ -244,6 +245,10 @@ def test_a_compare_s_flagged_cells_are_confirmed_or_not_by_their_re_measurement(
     assert gone.exit_code == 0 and [c.label for c in gone.unconfirmed] == [fx.PLANTED_LABEL]
     with pytest.raises(ResultsError, match="not of"):
         gate_compare(folder, confirmed=_other_commits(again("other.json", 1.5)))
+    by_other = again("other-instrument.json", 1.0)  # one that would clear the cell, by another ruler
+    by_other.write_text(by_other.read_text().replace('"0000000000', '"1111111111', 1))
+    with pytest.raises(ResultsError, match="by instrument '1111"):
+        gate_compare(folder, confirmed=by_other)
     # Judged paired, as the compare flagged it: a box drifting 2.5x over the rounds hides nothing (the
     # rounds' width would have needed 1.5x times 2.5)
     drifting = gate_compare(folder, confirmed=again("drift.json", 1.5, drift=0.3))
@@ -437,7 +442,8 @@ def _flat_confirmation(path: Path, report, machine: str = fx.MACHINE) -> Path:
     """A re-measurement of every regression of ``report``, flat at its base figure: it clears them all."""
     cells = [{"benchmark": c.benchmark, "params": dict(c.params), "base_rounds": [c.base] * 30,
               "head_rounds": [c.base] * 30} for c in report.regressions]
-    path.write_text(json.dumps({"base": fx.COMMIT_3, "head": fx.COMMIT_3, "machine": machine, "cells": cells}))
+    path.write_text(json.dumps({"base": fx.COMMIT_3, "head": fx.COMMIT_3, "machine": machine, "instrument": "0" * 40,
+                                "cells": cells}))
     return path
 
 

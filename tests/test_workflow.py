@@ -456,22 +456,10 @@ def test_the_judge_reads_a_re_measurement_beside_the_figures(tmp_path):
     _needs_jq()
     _stand_in_relu2(tmp_path / "venv" / "bin", 0, body="### relu2 gate: PASS")
     h200 = _compare_folder(tmp_path, "h200")
-    (h200 / "confirm.json").write_text(json.dumps({"base": BASE, "head": HEAD, "instrument": MAIN_SHA}))
+    (h200 / "confirm.json").write_text("{}")
     _, reports = _judge(tmp_path)
     assert (f"gate --compare {h200} --expect-gpu NVIDIA H200 --plan {tmp_path}/suites --confirmed "
             f"{h200}/confirm.json --format markdown") in reports["h200"]["report"]
-
-
-@pytest.mark.parametrize("field", ["base", "head", "instrument"])
-def test_the_judge_refuses_a_re_measurement_of_other_commits_or_by_another_instrument(tmp_path, field):
-    _needs_jq()
-    _stand_in_relu2(tmp_path / "venv" / "bin", 0, body="### relu2 gate: PASS")
-    h200 = _compare_folder(tmp_path, "h200")
-    confirmed = {"base": BASE, "head": HEAD, "instrument": MAIN_SHA}
-    (h200 / "confirm.json").write_text(json.dumps({**confirmed, field: "e" * 40}))
-    _, reports = _judge(tmp_path)
-    assert "the re-measurement (confirm.json) is not of" in reports["h200"]["report"]
-    assert "relu2 gate: PASS" not in reports["h200"]["report"]  # never judged with it
 
 
 def _stand_in_relu2(bin_dir: Path, exit_code: int, body: str = "### relu2 gate: FAIL", then: str = "") -> Path:

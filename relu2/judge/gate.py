@@ -221,11 +221,11 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
           with_spread: bool = False, across_versions: bool = False, allow_failed_base: bool = False,
           confirmed: str | os.PathLike | None = None, noise_model: str | os.PathLike | None = None,
           notes: Sequence[str] = (), plan: "Plan | None" = None, confirm_machine: str | None = None,
-          work: Callable[[Cell], str | None] = lambda cell: None) -> GateReport:
+          confirm_instrument: str = "", work: Callable[[Cell], str | None] = lambda cell: None) -> GateReport:
     """The verdict on two read sides (both kinds of comparison): the checks, the rule, the report.
-    ``plan``: every cell of it must be at both sides (else ``missing``); ``confirm_machine``: the
-    machine the re-measurement must name; ``work``: how a cell's work changed, where it was counted
-    beside the sides (``relu2.judge.rule.compare``)."""
+    ``plan``: every cell of it must be at both sides (else ``missing``); ``confirm_machine`` and
+    ``confirm_instrument`` (when not empty): the machine and instrument the re-measurement must name;
+    ``work``: how a cell's work changed, where it was counted beside the sides (``relu2.judge.rule.compare``)."""
     for name, value, least in (("factor", factor, 1), ("--gate-launch", gate_launch, 1), ("floor", floor_s, 0)):
         if value is not None and not value >= least:
             raise ResultsError(f"{name} must be >= {least}, got {value}")
@@ -255,7 +255,8 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     regressions, unconfirmed, confirmation, contradicted = found.regressions, [], "", False
     if confirmed is not None:
         regressions, unconfirmed, contradicted = _confirm(found.regressions, confirmed, base, head, rule_for,
-                                                          (found.gated, found.work_changed), paired, confirm_machine)
+                                                          (found.gated, found.work_changed), paired, confirm_machine,
+                                                          confirm_instrument)
         confirmation = str(confirmed)
     missing, planned, planned_compared, plan_notes = [], None, 0, []
     if plan is not None:
@@ -417,6 +418,7 @@ def judge_compare(meta: CompareFolder, *, factor: float | None = None, floor_s: 
                  allow_missing=allow_missing, with_spread=with_spread, across_versions=across_versions,
                  allow_failed_base=allow_failed_base, confirmed=confirmed, noise_model=noise_model,
                  notes=[note, work.note()], plan=planned, confirm_machine=meta.machine,
+                 confirm_instrument=meta.instrument,
                  work=lambda cell: work.change_at(cell.impl, cell.dtype, cell.shape))
 
 
@@ -466,11 +468,11 @@ def missing_cells(plan: Plan, base: Side, head: Side, allow_missing: Sequence[st
 
 
 def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: Side, rule_for,
-             shares: tuple[int, int], paired: bool = False, machine: str | None = None
+             shares: tuple[int, int], paired: bool = False, machine: str | None = None, instrument: str = ""
              ) -> tuple[list[Change], list[Change], bool]:
     """(failing, unconfirmed, contradicted) after a re-measurement, each flagged cell judged by the rule
     that flagged it (``shares``: the gated cells, and those whose work changed); ResultsError when it
-    is of other commits, or (``machine`` given) another machine."""
+    is of other commits, or (``machine``, ``instrument`` given) another machine or instrument."""
     again = read_remeasurement(path)
     if (again.base, again.head) != (base.commit, head.commit):
         raise ResultsError(f"{path}: a re-measurement of {again.base[:8]} -> {again.head[:8]}, not of "
@@ -478,6 +480,9 @@ def _confirm(flagged: list[Change], path: str | os.PathLike, base: Side, head: S
     if machine is not None and again.machine != machine:
         raise ResultsError(f"{path}: a re-measurement on machine {shown(again.machine)}, not on {shown(machine)}, "
                              "where the compare measured: not read")
+    if instrument and again.instrument != instrument:
+        raise ResultsError(f"{path}: a re-measurement by instrument {shown(again.instrument or 'unnamed')}, not by "
+                             f"{shown(instrument)}, which measured the compare: not read")
     by_key = {(m.benchmark, m.params): m for m in base.measurements}
 
     def rule_of(change: Change) -> Rule:

@@ -276,10 +276,11 @@ def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
 
     def call() -> None:
         # do_bench_cudagraph (triton 3) sizes its graph from five eager calls right after its warm-up
-        # call (this first one); older tritons timed a one-call graph there, for which the sleep is moot.  Timed as the host launches them they read tens of microseconds for a kernel of
-        # one, so its graph held another few dozen calls in every process, each carrying another share
-        # of the graph's fixed cost; queued behind a sleep, the graph gets the same length everywhere
-        # (hot method 3: docs/tracking.md, docs/lab/results.md "Where hot noise in the L2 lives").
+        # call (this first one).  Timed as the host launches them they read tens of microseconds for a
+        # kernel of one, so its graph held another few dozen calls in every process, each carrying
+        # another share of the graph's fixed cost; queued behind a sleep, the graph gets the same length
+        # everywhere (hot method 3: docs/tracking.md, docs/lab/results.md "Where hot noise in the L2
+        # lives").  Older tritons timed a one-call graph there, for which the sleep is moot.
         nonlocal first
         fn(x)
         if first:

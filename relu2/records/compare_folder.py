@@ -103,6 +103,7 @@ class CompareFolder:
     narrowed: Any = field(default=None, compare=False)
     cells: Any = field(default=None, compare=False)
     added_rounds: int = 0  # more rounds, of the cells whose work changed and were not settled (relu2 compare)
+    instrument: str = ""  # what measured both sides (relu2.runs.compare.instrument_state; "" in older folders)
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -118,7 +119,7 @@ def folder_of(path: Path, data: Mapping[str, Any]) -> CompareFolder:
     return CompareFolder(path, str(data["box"]), str(data["machine"]), str(data.get("gpu", "")),
                          str(data["base"]["sha"]), str(data["head"]["sha"]), int(data.get("rounds", 0)),
                          tuple(str(s) for s in data.get("suites") or ()), data.get("narrowed"), data.get("cells"),
-                         int(data.get("added_rounds", 0)))
+                         int(data.get("added_rounds", 0)), str(data.get("instrument", "")))
 
 
 def read_compare(folder: str | os.PathLike) -> CompareFolder:

@@ -27,7 +27,7 @@ class Remeasured:
 class Remeasurement:
     """What ``relu2 gate --confirmed FILE`` reads (written by the re-measuring side, relu2 confirm):
 
-    ``{"base": FULL_HASH, "head": FULL_HASH, "machine": NAME,
+    ``{"base": FULL_HASH, "head": FULL_HASH, "machine": NAME, "instrument": STATE,
        "cells": [{"benchmark": ..., "params": {...}, "base_rounds": [s, ...], "head_rounds": [s, ...]}]}``
 
     ``cells`` are the report's flagged regressions (``--format json``: each has ``benchmark`` and
@@ -37,6 +37,7 @@ class Remeasurement:
     head: str
     machine: str
     cells: tuple[Remeasured, ...]
+    instrument: str = ""  # as compare.json names its own ("" in files older than it)
 
     def find(self, benchmark: str, params: Iterable[tuple[str, str]]) -> Remeasured | None:
         """The re-measurement of a cell with at least MIN_ROUNDS rounds a side (None: not re-measured).
@@ -54,7 +55,8 @@ def read_remeasurement(path: str | Path) -> Remeasurement:
             str(c["benchmark"]), tuple((str(k), str(v)) for k, v in c["params"].items()),
             tuple(float(x) for x in c["base_rounds"]), tuple(float(x) for x in c["head_rounds"]),
         ) for c in data["cells"])
-        out = Remeasurement(str(data["base"]), str(data["head"]), str(data.get("machine", "")), cells)
+        out = Remeasurement(str(data["base"]), str(data["head"]), str(data.get("machine", "")), cells,
+                            str(data.get("instrument", "")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ResultsError(f"{path}: not a re-measurement of flagged cells ({type(e).__name__}: {e})") from None
     # A cell with fewer than MIN_ROUNDS rounds a side (a round failed) counts as not re-measured: it

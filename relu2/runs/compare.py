@@ -77,15 +77,15 @@ from relu2.vocab.schema import ADDED_ROUNDS, CHANGED_MAX_ROUNDS, MAX_ROUNDS, MIN
 ENV_NAME = "relu2-compare"  # the environment part of the result file's name: <sha8>-relu2-compare.json
 # The folders of this checkout the ruler copies (``ruler``): compare.json's instrument names their state.
 INSTRUMENT_PATHS = ("relu2", "benchmarks")
+ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
+
+Say = Callable[[str], None]
 
 
 def instrument_state() -> str:
     """What the ruler copies, as a record names it: this checkout's commit, ``+dirty-<digest>`` where its
     ``INSTRUMENT_PATHS`` were edited (``relu2.host.git.state``)."""
     return git.state(Path(__file__).resolve().parents[2], INSTRUMENT_PATHS)
-ROUND_TIMEOUT_S = 4 * 3600  # a whole round's process; RELU2_TIMEOUT bounds each implementation's hang
-
-Say = Callable[[str], None]
 
 
 def _stderr(line: str) -> None:
