@@ -14,7 +14,10 @@ band, the GPU's L2 from the folder's machine.json):
   own; 1 when the process moves all its cells together, and a reference measured in that process would
   take it out.
 
-Then per size (``--dtype``), each implementation's cell sd hot and cold.
+Then per size (``--dtype``), each implementation's cell sd hot and cold; and per mode and band, the
+listed implementations together: the median |deviation| (the typical figure) and the tail, figures
+more than ``OUTLIER`` from the median of their cell's other rounds (one process's figure of one cell
+off on its own, which a pooled sd mixes in with the rest).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from relu2.judge.rule import GATED_MODES  # noqa: E402
 from relu2.records.compare_folder import read_compare  # noqa: E402
 from relu2.vocab.errors import ResultsError  # noqa: E402
 from relu2.vocab.schema import BAND_NAMES, OK, l2_of  # noqa: E402
+
+OUTLIER = 1.1  # a figure this far from the median of its cell's other rounds is the tail
 
 Key = tuple[tuple, str]  # the cell's identity (relu2.records.asv_names.Cell.identity), its band
 
@@ -74,12 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     cell_var: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     shared: dict[tuple[str, str, str], list[tuple[float, float, int]]] = defaultdict(list)
     by_size: dict[tuple[str, str, str, int], list[float]] = defaultdict(list)
+    # Per (mode, band), every listed implementation: each figure's deviation, and its log off its cell's other rounds.
+    typical: dict[tuple[str, str], list[float]] = defaultdict(list)
+    tails: dict[tuple[str, str], list[float]] = defaultdict(list)
     for folder in folders:
         groups: dict[tuple[str, str, str], list[list[float]]] = defaultdict(list)
         for ((mode, impl, dtype, shape, extras), band), d in deviations(folder).items():
             if impl not in impls:
                 continue
             groups[(impl, mode, band)].append(d)
+            typical[(mode, band)] += [abs(x) for x in d]
+            tails[(mode, band)] += [abs(x - st.median(d[:i] + d[i + 1:])) for i, x in enumerate(d)]
             numel = math.prod(int(n) for n in shape.split("x")) if shape and not extras else 0
             if numel:
                 by_size[(impl, mode, dtype, numel)].append(st.pvariance(d))
@@ -107,6 +117,17 @@ def main(argv: list[str] | None = None) -> int:
             row = " ".join(f"{int(math.log2(n))}:{100 * math.sqrt(st.mean(by_size[(impl, mode, args.dtype, n)])):.2f}"
                            for n in sizes)
             print(f"{impl:8} {mode:5} {row}")
+    print(f"\nthe typical figure and the tail, {', '.join(impls)} together (outlying: more than {OUTLIER}x "
+          "from the median of its cell's other rounds)")
+    print(f"{'mode':5} {'band':12} {'figures':>8} {'median |dev|':>13} {'outlying':>9} {'largest':>8}")
+    for mode in GATED_MODES:
+        for band in BAND_NAMES:
+            offs = tails.get((mode, band))
+            if not offs:
+                continue
+            out = sum(x > math.log(OUTLIER) for x in offs)
+            print(f"{mode:5} {band:12} {len(offs):8} {100 * st.median(typical[(mode, band)]):12.2f}% {out:9} "
+                  f"{math.exp(max(offs)):7.2f}x")
     return 0
 
 
