@@ -100,30 +100,79 @@ def test_calls_per_sample_is_adaptive_and_bounded():
     assert timing._calls_per_sample(1e-9, budget, limit=7) == 7
 
 
-def test_hot_sizes_its_graph_from_the_gpu_not_the_host(monkeypatch):
-    """Hot method 3: do_bench_cudagraph estimates its graph's length from five eager calls right after
-    its warm-up call; the warm-up leaves the GPU asleep so those five are timed as the GPU runs them
-    (timed as the host launched them, every process got another length: docs/lab/results.md).  One
-    sleep, after the first call, never inside the graph; the first replay is dropped."""
+def _stub_triton(monkeypatch, events: list[str], tries: list[tuple[int, list[float]]]) -> None:
+    """A triton whose do_bench_cudagraph calls fn in triton 3's order (warm-up, five to estimate, then
+    the graph's calls while capturing) and returns replays in ms; each call takes the next of ``tries``
+    (calls in the graph, replays)."""
     import sys
     import types
 
-    events: list[str] = []
+    capturing = False
+    left = list(tries)
 
-    def do_bench_cudagraph(fn, rep, return_mode):  # triton's order: warm-up, five to estimate, capture
-        assert (rep, return_mode) == (FAST.sample_ms, "all")
-        for _ in range(1 + 5 + 3):
+    def do_bench_cudagraph(fn, rep, return_mode):
+        nonlocal capturing
+        assert return_mode == "all"
+        calls, replays = left.pop(0)
+        for _ in range(1 + 5):
             fn()
-        return [2.0, 1.0, 1.0]
+        capturing = True
+        for _ in range(calls):
+            fn()
+        capturing = False
+        return replays
 
     triton = types.ModuleType("triton")
     triton.testing = types.SimpleNamespace(do_bench_cudagraph=do_bench_cudagraph)
     monkeypatch.setitem(sys.modules, "triton", triton)
     monkeypatch.setitem(sys.modules, "triton.testing", triton.testing)
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: events.append(f"sleep {cycles}"), raising=False)
-    samples = timing._cuda_hot(lambda x: events.append("call"), torch.ones(4), FAST)
-    assert events == ["call", f"sleep {timing.ESTIMATE_SLEEP_CYCLES}"] + ["call"] * 8
-    assert samples == [1e-3, 1e-3]  # ms to s, the first replay (the graph's upload) left out
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
+
+
+def test_hot_sizes_its_graph_from_the_gpu_not_the_host(monkeypatch):
+    """Hot method 3: do_bench_cudagraph estimates its graph's length from five eager calls right after
+    its warm-up call; the warm-up leaves the GPU asleep so those five are timed as the GPU runs them
+    (timed as the host launched them, every process got another length: docs/lab/results.md).  One
+    sleep, after the first call, never inside the graph; the first replay is dropped."""
+    events: list[str] = []
+    budget = Budget(samples=3, sample_ms=0.2, max_calls=16)
+    _stub_triton(monkeypatch, events, [(200, [2e-3, 1e-3, 1e-3])])  # 200 calls of 1 µs: the 0.2 ms asked
+    samples = timing._cuda_hot(lambda x: events.append("call"), torch.ones(4), budget)
+    assert events == ["call", f"sleep {timing.ESTIMATE_SLEEP_CYCLES}"] + ["call"] * (5 + 200)
+    assert samples == [1e-6, 1e-6]  # ms to s, the first replay (the graph's upload) left out
+
+
+def test_hot_measures_again_a_graph_its_estimate_left_short(monkeypatch):
+    """A host stall past the sleep makes the estimate read the GPU idle: a graph of a few calls, each
+    carrying a large share of the graph's fixed cost (an H100 A/A had figures 3.7x their cell's other
+    rounds).  Such a graph, lasting under SHORT_GRAPH of the sample time, is measured again."""
+    events: list[str] = []
+    budget = Budget(samples=3, sample_ms=0.2, max_calls=16)
+    short = (4, [9e-3, 3.6e-3, 3.6e-3])  # 4 calls of 3.6 µs: 14 µs of the 200 asked
+    sound = (150, [2e-3, 1.3e-3, 1.3e-3])  # 150 calls of 1.3 µs: 195 µs
+    _stub_triton(monkeypatch, events, [short, sound])
+    samples = timing._cuda_hot(lambda x: events.append("call"), torch.ones(4), budget)
+    assert samples == pytest.approx([1.3e-6, 1.3e-6])
+    assert events.count(f"sleep {timing.ESTIMATE_SLEEP_CYCLES}") == 2  # each try estimates behind its own sleep
+
+
+def test_hot_keeps_the_longest_graph_when_every_estimate_stalled(monkeypatch):
+    events: list[str] = []
+    budget = Budget(samples=3, sample_ms=0.2, max_calls=16)
+    tries = [(4, [9e-3, 3.6e-3, 3.6e-3]), (9, [5e-3, 2.0e-3, 2.0e-3]), (2, [9e-3, 6e-3, 6e-3])]
+    _stub_triton(monkeypatch, events, tries)
+    samples = timing._cuda_hot(lambda x: events.append("call"), torch.ones(4), budget)
+    assert samples == pytest.approx([2.0e-6, 2.0e-6])
+    assert len(tries) == timing.HOT_TRIES
+
+
+def test_a_graph_longer_than_its_sample_time_or_of_uncounted_calls_is_never_short():
+    budget = Budget(samples=3, sample_ms=2.0)
+    assert timing._short_graph([1e-6], 400, budget)  # 0.4 ms of 2
+    assert not timing._short_graph([1e-6], 500, budget)  # a quarter: the bound
+    assert not timing._short_graph([3e-3], 1, budget)  # one call longer than the sample time
+    assert not timing._short_graph([1e-6], 0, budget)  # no capture seen: nothing to judge
 
 
 def test_budget_validation():
