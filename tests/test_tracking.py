@@ -196,6 +196,25 @@ def test_an_edited_instrument_is_named_apart_from_its_commit(instrument_repo, tm
     assert git.state(tmp_path / "plain") == "unknown"
 
 
+def test_a_sweep_names_an_edited_kernel_apart_from_its_commit(instrument_repo, monkeypatch):
+    """A sweep's rows record the state of the code it ran: an edit to the kernel sources is another
+    commit (so a resume after it starts over), one to the docs is not."""
+    from relu2.runs import sweep_job
+
+    repo = instrument_repo
+    (repo / "csrc").mkdir()
+    (repo / "csrc" / "k.cu").write_text("// kernel\n")
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "two"], check=True)
+    monkeypatch.chdir(repo)
+    sha = git.head(repo)
+    assert sweep_job.measured_state() == sha
+    (repo / "docs" / "a.md").write_text("b\n")
+    assert sweep_job.measured_state() == sha
+    (repo / "csrc" / "k.cu").write_text("// another kernel\n")
+    assert sweep_job.measured_state().startswith(f"{sha}+dirty-")
+
+
 def test_an_instrument_file_whose_name_is_not_utf8_is_named_too(instrument_repo):
     repo = instrument_repo
     sha = git.head(repo)

@@ -28,6 +28,17 @@ from relu2.vocab.schema import Cell
 if TYPE_CHECKING:
     from relu2.measure.sweep import Measurer
 
+# The checkout's folders whose code a sweep runs (the instrument, the implementations, the kernel
+# sources): a row's commit names their state (relu2.host.git.state), so an edited kernel is never filed
+# under its commit, and a sweep resumed after an edit starts over instead of merging two kernels' rows.
+MEASURED_PATHS = ("relu2", "relu2_impls", "csrc")
+
+
+def measured_state() -> str:
+    """The commit a sweep run from here records: HEAD's hash, ``+dirty-<digest>`` where MEASURED_PATHS
+    differ from it."""
+    return git.state(None, MEASURED_PATHS)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -89,7 +100,7 @@ def run(plan: Plan) -> int:
 
     def saved() -> str:
         kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
-        return f"{kept}; run the same command again (same --out, commit and machine) to resume from there"
+        return f"{kept}; run the same command again (same --out, machine and code: an edit to relu2/, relu2_impls/ or csrc/ starts over) to resume from there"
 
     with lifecycle.guard("relu2 sweep", saved):
         with sweep.measurer(plan.cells, plan.device, isolate=plan.isolate, timeout_s=plan.timeout_s,
@@ -98,7 +109,7 @@ def run(plan: Plan) -> int:
             with sweep.locked(plan.out, "relu2 sweep"):
                 print(f"relu2 sweep: {len(plan.cells)} cells x {len(plan.modes)} modes on {plan.device}; "
                       f"writing {plan.out}/", file=sys.stderr)
-                rows = sweep.run_resumable(plan.cells, plan.modes, plan.device, plan.machine, git.head(),
+                rows = sweep.run_resumable(plan.cells, plan.modes, plan.device, plan.machine, measured_state(),
                                            partial, progress=plan.progress, budget=budget, measurer=measurer)
                 return finish(with_work(rows, plan.device), plan.out, partial)
 

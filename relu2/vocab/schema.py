@@ -649,7 +649,7 @@ CELL_FIGURE_METHODS: Mapping[str, CellFigure] = {f.method: f for f in CELL_FIGUR
 
 COLUMNS: tuple[Column, ...] = (
     Column("machine", str, "the machine it was measured on"),
-    Column("commit", str, "the git commit measured (full hash)"),
+    Column("commit", str, "the git commit measured (full hash; +dirty-<digest> where its relu2/, relu2_impls/ or csrc/ were edited)"),
     Column("date", str, "ISO 8601: the commit's date (asv) or the sweep's start"),
     Column("impl", str, "the implementation"),
     Column("dtype", str, "float32, float16 or bfloat16"),
