@@ -244,6 +244,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     device = machine.resolve_device(args.device)
+    machine.check_label(args.machine)
     timeout_s = timeout_from_env()  # checked even under --timeout: one variable, one meaning, everywhere
     # Its own folder in progress (a partial CSV to resume, or the lock of a sweep still running, which
     # the lock itself then refuses by name) is no folder of someone else's.
@@ -342,6 +343,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.resume and not args.out:
         raise UsageError("--resume needs --out DIR: the incomplete compare to continue")
     out = Path(args.out) if args.out else compare_folder.default_out()
+    machine.check_label(args.machine)
     if args.noise_model or os.environ.get("RELU2_NOISE_MODEL"):
         noise.load_models(args.noise_model)  # a model that does not read is refused before anything is measured
     if not args.measure_only and args.factor is None:
@@ -412,6 +414,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
             return 1
         return _fail("confirm", "nothing to re-measure: no --cell, and " +
                      (f"{args.from_gate} flags no cell" if args.from_gate else "no --from-gate report"))
+    machine.check_label(args.machine)
     if args.out:
         outputs.claim_file(args.out, force=args.force)
     repo = _repo(args.repo)

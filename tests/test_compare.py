@@ -396,3 +396,46 @@ def test_a_refused_resume_says_only_why_even_on_a_busy_machine(tmp_path, capsys,
                     "--resume", "--out", str(out)], capsys, "another rounds")
     assert not warned and "warning" not in line
     assert (out / compare_folder.ROUNDS_DIR / "round-1-base.pickle").read_bytes() == b"kept"
+
+
+@pytest.mark.parametrize("name, gpu, refused_with", [
+    ("h200-m", "NVIDIA H100 80GB HBM3", "names H200, and this box's GPU is NVIDIA H100 80GB HBM3"),
+    ("box-b200", "NVIDIA H200", "names B200"),
+    ("h100", "", "this box's GPU is none"),
+    ("h100-m", "NVIDIA H100 80GB HBM3", None),
+    ("gh200_2", "NVIDIA GH200 480GB", None),
+    ("a10g", "NVIDIA A10G", None),
+])
+def test_a_machine_name_that_names_another_gpu_is_refused(monkeypatch, name, gpu, refused_with):
+    """A label is anyone's choice until it names a GPU model: then it must be this box's (the device
+    tool lends H100s where H200s are asked for, and a script's fixed label filed an H100 as h200-m)."""
+    from relu2.host import machine
+    from relu2.vocab.errors import UsageError
+
+    monkeypatch.setattr(machine, "gpu_name_apart", lambda: gpu)
+    if refused_with is None:
+        machine.check_label(name)
+    else:
+        with pytest.raises(UsageError, match=refused_with):
+            machine.check_label(name)
+
+
+def test_a_machine_name_of_no_gpu_model_never_reads_the_gpu(monkeypatch):
+    from relu2.host import machine
+
+    monkeypatch.setattr(machine, "gpu_name_apart", lambda: pytest.fail("read the GPU for a plain name"))
+    for name in ("mybox", "ci", "cpu-2core", "ip-10-0-0-1", "h1000x", None):
+        machine.check_label(name)
+
+
+def test_compare_confirm_and_sweep_refuse_another_gpus_name_before_writing(tmp_path, capsys, monkeypatch):
+    from relu2.host import machine
+
+    monkeypatch.setattr(machine, "gpu_name_apart", lambda: "NVIDIA H100 80GB HBM3")
+    out = tmp_path / "out"
+    refused(["compare", "HEAD", "HEAD", "--machine", "h200-m", "--measure-only", "--out", str(out)], capsys, "names H200")
+    refused(["confirm", "HEAD", "HEAD", "--cell", "eager:float32:1024:hot", "--machine", "h200-m", "--out",
+             str(tmp_path / "c.json")], capsys, "names H200")
+    refused(["sweep", "--machine", "h200-m", "--out", str(out)], capsys, "names H200")
+    refused(["asv", "run", "--machine", "h200-m", "HEAD^!"], capsys, "names H200")
+    assert not out.exists() and not (tmp_path / "c.json").exists()

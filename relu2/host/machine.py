@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from relu2.host.proc import run_child
-from relu2.vocab.errors import DeviceError
+from relu2.vocab.errors import DeviceError, UsageError
 
 _DRIVER_FILE = Path("/proc/driver/nvidia/version")
 
@@ -65,6 +65,26 @@ def gpu_name_apart(timeout_s: float = 120) -> str:
     ended = run_child([sys.executable, "-c", code], timeout_s=timeout_s)
     lines = ended.stdout.strip().splitlines()
     return lines[-1].strip() if ended.ok and lines else ""
+
+
+# A token of a machine name that names a GPU model: h100, h200, gh200, a100, a10g, b200, l40s ...
+_GPU_MODEL = re.compile(r"g?[abhl]\d{2,3}[a-z]?")
+
+
+def check_label(name: str | None) -> None:
+    """UsageError when ``name`` (a --machine for figures about to be measured) names a GPU model that is
+    not this box's GPU (``h200-spare`` on an H100, or on a box without one): figures filed under
+    another GPU's name are read, on the dashboard and by the cross-box gate, as that GPU's.  Names
+    that name no GPU model are anyone's choice; the GPU is read apart only when one does."""
+    named = [t for t in re.split(r"[^a-z0-9]+", (name or "").lower()) if _GPU_MODEL.fullmatch(t)]
+    if not named:
+        return
+    gpu = gpu_name_apart()
+    wrong = [t for t in named if t not in re.split(r"[^a-z0-9]+", gpu.lower())]
+    if wrong:
+        raise UsageError(f"--machine {name!r} names {wrong[0].upper()}, and this box's GPU is {gpu or 'none'}: "
+                         "figures filed under another GPU's name read as that GPU's (name the box after its own "
+                         "GPU, or leave --machine out)")
 
 
 def machine_name(device: str) -> str:

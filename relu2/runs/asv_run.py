@@ -64,7 +64,7 @@ import relu2
 from relu2.host import busy as quiet
 from relu2.host import git, lifecycle
 from relu2.host.files import atomic_write_text
-from relu2.host.machine import machine_info
+from relu2.host.machine import check_label, machine_info
 from relu2.host.outputs import name_part
 from relu2.host.proc import environ
 from relu2.measure.isolation import timeout_from_env
@@ -201,6 +201,7 @@ def check_asv_arguments(argv: Sequence[str]) -> None:
     machine = _option(argv, "--machine")
     if machine is not None:
         name_part(machine)
+        check_label(machine)
     python = _option(argv, "--python")
     if python and python != "same" and not (os.path.isfile(python) or shutil.which(python)
                                             or shutil.which(f"python{python}")):
