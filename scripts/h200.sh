@@ -11,7 +11,7 @@
 #                   machine $RELU2_MACHINE (default the GPU's model: h200, h100) into $RELU2_RESULTS (default results);
 #                   with RELU2_DEADLINE (epoch s), not started when under RELU2_STEP_S (200) s are left;
 #                   RELU2_ASV_BENCH=REGEX passes --bench (with RELU2_BENCH_SUITES, one suite only)
-#     demo=BASE,HEAD  asv on both under machine h200-demo (fused and copy only), then relu2 gate
+#     demo=BASE,HEAD  asv on both under machine $MACHINE-demo (fused and copy only), then relu2 gate
 #     gate=BASE,HEAD  relu2 gate on what asv= steps recorded (machine $RELU2_MACHINE), text and the spread;
 #                   RELU2_GATE_ARGS adds arguments (e.g. --allow-missing 'ModelShapes.*')
 #     confirm=BASE,HEAD  the gate's flagged cells measured again (relu2 confirm, timed), then the gate
@@ -256,12 +256,12 @@ demo() {  # demo BASE,HEAD
   local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo
   [ -d $repo ] || git clone -q "$ROOT/.whl/repo.bundle" $repo
   export RELU2_BENCH_IMPLS=fused,copy
-  asv_run "$base" h200-demo results-demo
-  asv_run "$head" h200-demo results-demo
+  asv_run "$base" "$MACHINE-demo" results-demo
+  asv_run "$head" "$MACHINE-demo" results-demo
   unset RELU2_BENCH_IMPLS
   tar -C $repo -czf "$OUT/results-demo.tgz" results-demo
-  run gate-slower bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $head --results results-demo --machine h200-demo; echo gate exit \$?"
-  run gate-equal bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $base --results results-demo --machine h200-demo; echo gate exit \$?"
+  run gate-slower bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $head --results results-demo --machine $MACHINE-demo; echo gate exit \$?"
+  run gate-equal bash -c "cd $repo && $(declare -f relu2_with_asv); relu2_with_asv gate $base $base --results results-demo --machine $MACHINE-demo; echo gate exit \$?"
 }
 
 confirm_step() {  # confirm_step BASE,HEAD
