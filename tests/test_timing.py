@@ -100,7 +100,7 @@ def test_calls_per_sample_is_adaptive_and_bounded():
     assert timing._calls_per_sample(1e-9, budget, limit=7) == 7
 
 
-def _stub_triton(monkeypatch, events: list[str], tries: list[tuple[int, list[float]]]) -> None:
+def _stub_triton(monkeypatch, events: list[str], tries: list[tuple[int, list[float]]], budget_ms: float = 0.2) -> None:
     """A triton whose do_bench_cudagraph calls fn in triton 3's order (warm-up, five to estimate, then
     the graph's calls while capturing) and returns replays in ms; each call takes the next of ``tries``
     (calls in the graph, replays)."""
@@ -113,6 +113,7 @@ def _stub_triton(monkeypatch, events: list[str], tries: list[tuple[int, list[flo
     def do_bench_cudagraph(fn, rep, return_mode):
         nonlocal capturing
         assert return_mode == "all"
+        assert rep == budget_ms, "the graph is sized for the round's sample time"
         calls, replays = left.pop(0)
         for _ in range(1 + 5):
             fn()
@@ -143,7 +144,7 @@ def test_hot_sizes_its_graph_from_the_gpu_not_the_host(monkeypatch):
     assert samples == [1e-6, 1e-6]  # ms to s, the first replay (the graph's upload) left out
 
 
-def test_hot_measures_again_a_graph_its_estimate_left_short(monkeypatch):
+def test_hot_measures_again_a_graph_its_estimate_left_short(monkeypatch, capsys):
     """A host stall past the sleep makes the estimate read the GPU idle: a graph of a few calls, each
     carrying a large share of the graph's fixed cost (an H100 A/A had figures 3.7x their cell's other
     rounds).  Such a graph, lasting under SHORT_GRAPH of the sample time, is measured again."""
@@ -155,6 +156,7 @@ def test_hot_measures_again_a_graph_its_estimate_left_short(monkeypatch):
     samples = timing._cuda_hot(lambda x: events.append("call"), torch.ones(4), budget)
     assert samples == pytest.approx([1.3e-6, 1.3e-6])
     assert events.count(f"sleep {timing.ESTIMATE_SLEEP_CYCLES}") == 2  # each try estimates behind its own sleep
+    assert "a graph of 4 calls lasted 0.014 ms of the 0.2 ms asked (try 1 of 3)" in capsys.readouterr().err
 
 
 def test_hot_keeps_the_longest_graph_when_every_estimate_stalled(monkeypatch):
@@ -164,7 +166,7 @@ def test_hot_keeps_the_longest_graph_when_every_estimate_stalled(monkeypatch):
     _stub_triton(monkeypatch, events, tries)
     samples = timing._cuda_hot(lambda x: events.append("call"), torch.ones(4), budget)
     assert samples == pytest.approx([2.0e-6, 2.0e-6])
-    assert len(tries) == timing.HOT_TRIES
+    assert events.count(f"sleep {timing.ESTIMATE_SLEEP_CYCLES}") == timing.HOT_TRIES == len(tries)
 
 
 def test_a_graph_longer_than_its_sample_time_or_of_uncounted_calls_is_never_short():

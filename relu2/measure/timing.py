@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -292,6 +293,9 @@ def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
         if not _short_graph(samples, calls, budget):
             return samples
         tries.append((calls, samples))
+        # Said, so a probe or a log shows whether (and where) the check fires.
+        print(f"relu2: hot: a graph of {calls} calls lasted {calls * quantile(samples, 0.5) * 1e3:.3f} ms of the "
+              f"{budget.sample_ms:g} ms asked (try {len(tries)} of {HOT_TRIES}): its estimate stalled", file=sys.stderr)
     return max(tries, key=lambda t: t[0])[1]  # every estimate stalled: the longest graph is the least wrong
 
 
