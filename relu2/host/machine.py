@@ -67,24 +67,32 @@ def gpu_name_apart(timeout_s: float = 120) -> str:
     return lines[-1].strip() if ended.ok and lines else ""
 
 
-# A token of a machine name that names a GPU model: h100, h200, gh200, a100, a10g, b200, l40s ...
-_GPU_MODEL = re.compile(r"g?[abhl]\d{2,3}[a-z]?")
+# GPU models a machine name may name (a token of it: "h200-spare", "ci_a100"); a rack or node name
+# such as "b12" or "node-h01" names none.  Others are anyone's names until added here.
+GPU_MODELS = frozenset({
+    "v100", "t4", "a10", "a10g", "a30", "a40", "a100", "a800", "l4", "l40", "l40s", "h20", "h100", "h200",
+    "h800", "gh200", "b100", "b200", "gb200", "b300", "gb300", "mi210", "mi250", "mi250x", "mi300a", "mi300x",
+    "mi325x", "mi355x",
+})
+
+
+def _tokens(text: str) -> list[str]:
+    return re.split(r"[^a-z0-9]+", text.lower())
 
 
 def check_label(name: str | None) -> None:
-    """UsageError when ``name`` (a --machine for figures about to be measured) names a GPU model that is
-    not this box's GPU (``h200-spare`` on an H100, or on a box without one): figures filed under
-    another GPU's name are read, on the dashboard and by the cross-box gate, as that GPU's.  Names
-    that name no GPU model are anyone's choice; the GPU is read apart only when one does."""
-    named = [t for t in re.split(r"[^a-z0-9]+", (name or "").lower()) if _GPU_MODEL.fullmatch(t)]
-    if not named:
-        return
-    gpu = gpu_name_apart()
-    wrong = [t for t in named if t not in re.split(r"[^a-z0-9]+", gpu.lower())]
+    """UsageError when ``name`` (a --machine for figures about to be measured) names a GPU model
+    (GPU_MODELS) that is not this box's GPU (``h200-spare`` on an H100): figures filed under another
+    GPU's name are read, on the dashboard and by the cross-box gate, as that GPU's.  The GPU is read
+    apart only when the name names a model; where it cannot be read (no GPU, or no answer) nothing is
+    refused, since nothing contradicts the name."""
+    named = [t for t in _tokens(name or "") if t in GPU_MODELS]
+    gpu = gpu_name_apart() if named else ""
+    wrong = [t for t in named if gpu and t not in _tokens(gpu)]
     if wrong:
-        raise UsageError(f"--machine {name!r} names {wrong[0].upper()}, and this box's GPU is {gpu or 'none'}: "
-                         "figures filed under another GPU's name read as that GPU's (name the box after its own "
-                         "GPU, or leave --machine out)")
+        raise UsageError(f"--machine {name!r} names {wrong[0].upper()}, and this box's GPU is {gpu}: figures "
+                         "filed under another GPU's name read as that GPU's (name the box after its own GPU, or "
+                         "leave --machine out)")
 
 
 def machine_name(device: str) -> str:

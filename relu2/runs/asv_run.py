@@ -170,7 +170,7 @@ def prepare(argv: Sequence[str], require_idle: bool = False) -> tuple[str, dict[
         return None
     check_prerequisites(argv)
     check_suite_environment(_option(argv, "--config") or "asv.conf.json")
-    check_asv_arguments(argv)
+    machine = check_asv_arguments(argv)
     seen = quiet.before_measuring("relu2 asv", require_idle)  # UsageError before anything is written
     if narrowing() and _option(argv, "--config") is not None:
         print(f"relu2 asv: warning: {narrowing()} narrows the suites' parameters, and asv publish draws only the "
@@ -179,14 +179,15 @@ def prepare(argv: Sequence[str], require_idle: bool = False) -> tuple[str, dict[
     from asv.machine import Machine
 
     # Recorded once the input is good, with whether the machine was quiet.
-    return _option(argv, "--machine") or Machine.get_unique_machine_name(), seen.machine_keys()
+    return machine or Machine.get_unique_machine_name(), seen.machine_keys()
 
 
-def check_asv_arguments(argv: Sequence[str]) -> None:
+def check_asv_arguments(argv: Sequence[str]) -> str | None:
     """UsageError (one line, before anything is written) for what asv itself would refuse only after the
     machine file, the narrowed configuration and a results folder exist: options asv's parser rejects,
-    a machine name that is a path, a --python that names no interpreter, a --bench that matches no
-    benchmark of the suites, a range that holds no commit."""
+    a machine name that is a path (or names another GPU), a --python that names no interpreter, a
+    --bench that matches no benchmark of the suites, a range that holds no commit.  Returns the machine
+    name asked for, as asv's parser read it (``--machine``, ``-m`` or an abbreviation), or None."""
     from asv.commands import make_argparser
     from asv.config import Config
 
@@ -198,7 +199,7 @@ def check_asv_arguments(argv: Sequence[str]) -> None:
     except SystemExit:
         lines = [ln for ln in said.getvalue().splitlines() if ln.strip()]
         raise UsageError(f"asv {argv[0]}: {lines[-1].split(': error: ', 1)[-1] if lines else 'bad options'}") from None
-    machine = _option(argv, "--machine")
+    machine = getattr(args, "machine", None)
     if machine is not None:
         name_part(machine)
         check_label(machine)
@@ -225,6 +226,7 @@ def check_asv_arguments(argv: Sequence[str]) -> None:
         listed = git.run(conf.repo, "rev-list", "--first-parent", range_spec, "--", check=False)
         if listed.returncode == 0 and not listed.stdout.strip():
             raise UsageError(f"the range {range_spec} holds no commit (A..B is what B has and A has not)")
+    return machine
 
 
 def suite_benchmarks(bench_dir: Path) -> list[str]:
