@@ -54,6 +54,18 @@ def test_commit_selection(rows, tmp_path):
     assert f"@ {fx.COMMIT_1[:8]}" in plot.title_of("latency", plot.select_commit(rows, fx.COMMIT_1))
 
 
+def test_rows_of_an_edited_tree_are_named_apart_from_their_commit(rows):
+    """A sweep of an edited kernel records HEAD+dirty-<digest> (relu2.runs.sweep_job.measured_state):
+    its plots are titled with the mark, and the clean commit's full name still picks the clean rows."""
+    dirty = f"{fx.COMMIT_1}+dirty-0123456789ab"
+    both = list(rows) + [dataclasses.replace(r, commit=dirty) for r in rows if r.commit == fx.COMMIT_1]
+    assert {r.commit for r in plot.select_commit(both, fx.COMMIT_1)} == {fx.COMMIT_1}
+    assert {r.commit for r in plot.select_commit(both, dirty)} == {dirty}
+    with pytest.raises(ValueError, match=r"ambiguous: .*\+dirty-0123456789ab"):
+        plot.select_commit(both, fx.COMMIT_1[:6])
+    assert f"@ {fx.COMMIT_1[:8]}+dirty-0123456789ab" in plot.title_of("latency", plot.select_commit(both, dirty))
+
+
 def test_each_plot_alone(rows, tmp_path):
     at = plot.select_commit(rows, fx.COMMIT_2)
     assert_images(plot.plot_latency(at, tmp_path / "l"), {"latency"})

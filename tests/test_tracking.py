@@ -196,7 +196,7 @@ def test_an_edited_instrument_is_named_apart_from_its_commit(instrument_repo, tm
     assert git.state(tmp_path / "plain") == "unknown"
 
 
-def test_a_sweep_names_an_edited_kernel_apart_from_its_commit(instrument_repo, monkeypatch):
+def test_a_sweep_names_an_edited_kernel_apart_from_its_commit(instrument_repo, monkeypatch, tmp_path):
     """A sweep's rows record the state of the code it ran: an edit to the kernel sources is another
     commit (so a resume after it starts over), one to the docs is not."""
     from relu2.runs import sweep_job
@@ -206,13 +206,23 @@ def test_a_sweep_names_an_edited_kernel_apart_from_its_commit(instrument_repo, m
     (repo / "csrc" / "k.cu").write_text("// kernel\n")
     subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
     subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "two"], check=True)
-    monkeypatch.chdir(repo)
+    from relu2_impls import fused
+
+    assert sweep_job.ENV_CSRC_DIR == fused.ENV_CSRC_DIR
+    monkeypatch.delenv(sweep_job.ENV_CSRC_DIR, raising=False)
     sha = git.head(repo)
-    assert sweep_job.measured_state() == sha
+    assert sweep_job.measured_state(repo) == sha
     (repo / "docs" / "a.md").write_text("b\n")
-    assert sweep_job.measured_state() == sha
+    assert sweep_job.measured_state(repo) == sha
     (repo / "csrc" / "k.cu").write_text("// another kernel\n")
-    assert sweep_job.measured_state().startswith(f"{sha}+dirty-")
+    edited = sweep_job.measured_state(repo)
+    assert edited.startswith(f"{sha}+dirty-")
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "k.cu").write_text("// a planted kernel\n")
+    monkeypatch.setenv(sweep_job.ENV_CSRC_DIR, str(planted))
+    assert sweep_job.measured_state(repo).startswith(f"{edited}+csrc-")  # built from elsewhere: said too
+    assert sweep_job.measured_state().startswith(git.head(Path(__file__).resolve().parents[1]))  # this package's checkout
 
 
 def test_an_instrument_file_whose_name_is_not_utf8_is_named_too(instrument_repo):

@@ -11,6 +11,8 @@ process of the sweep ended, ``relu2.host.lifecycle``).
 
 from __future__ import annotations
 
+import hashlib
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,12 +34,23 @@ if TYPE_CHECKING:
 # sources): a row's commit names their state (relu2.host.git.state), so an edited kernel is never filed
 # under its commit, and a sweep resumed after an edit starts over instead of merging two kernels' rows.
 MEASURED_PATHS = ("relu2", "relu2_impls", "csrc")
+# relu2_impls.fused builds its kernel from this folder when it is set (the lab's planted kernels); its
+# name is that module's (ENV_CSRC_DIR there: the implementations import nothing of the instrument).
+ENV_CSRC_DIR = "RELU2_CSRC_DIR"
 
 
-def measured_state() -> str:
-    """The commit a sweep run from here records: HEAD's hash, ``+dirty-<digest>`` where MEASURED_PATHS
-    differ from it."""
-    return git.state(None, MEASURED_PATHS)
+def measured_state(root: Path | None = None) -> str:
+    """The commit a sweep records: the state of the checkout this package runs from (``root``): HEAD's
+    hash, ``+dirty-<digest>`` where MEASURED_PATHS differ from it, and ``+csrc-<digest>`` of the kernel
+    sources $RELU2_CSRC_DIR names instead of the checkout's."""
+    state = git.state(root or Path(__file__).resolve().parents[2], MEASURED_PATHS)
+    src = os.environ.get(ENV_CSRC_DIR, "").strip()
+    if src:
+        digest = hashlib.sha256()
+        for path in sorted(p for p in Path(src).rglob("*") if p.is_file()):
+            digest.update(os.fsencode(path.relative_to(src)) + b"\0" + path.read_bytes())
+        state += f"+csrc-{digest.hexdigest()[:12]}"
+    return state
 
 
 @dataclass(frozen=True)

@@ -73,10 +73,12 @@ def select_commit(rows: Sequence[Row], commit: str | None = None, machine: str |
     rows = [r for r in rows if machine is None or r.machine == machine]
     if commit:
         matches = sorted({r.commit for r in rows if r.commit.startswith(commit)})
+        if commit in matches:  # a full name, clean or +dirty-, is itself however many others it prefixes
+            matches = [commit]
         if not matches:
             raise UsageError(f"no results for commit {commit!r}")
         if len(matches) > 1:
-            raise UsageError(f"commit {commit!r} is ambiguous: {', '.join(m[:12] for m in matches)}")
+            raise UsageError(f"commit {commit!r} is ambiguous: {', '.join(short_commit(m) for m in matches)}")
         picked = [r for r in rows if r.commit == matches[0]]
         m = latest_commit(picked)[0]
         return [r for r in picked if r.machine == m]
@@ -111,7 +113,12 @@ HEADROOM = 1.08  # above a linear axis's highest line or ceiling, so neither tou
 
 
 def short_commit(commit: str) -> str:
-    return commit[:8] if commit else "uncommitted"
+    """The hash's first 8 digits, and an edited tree's mark (``+dirty-<digest>``) whole: rows of an
+    edited kernel are never titled as the commit's."""
+    if not commit:
+        return "uncommitted"
+    sha, plus, rest = commit.partition("+")
+    return sha[:8] + plus + rest
 
 
 def title_of(what: str, rows: Sequence[Row]) -> str:
