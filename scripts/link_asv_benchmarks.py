@@ -25,7 +25,11 @@ def link_all(root: Path) -> int:
         data = path.read_bytes()
         target = shared / f"{hashlib.sha256(data).hexdigest()[:12]}.json"
         if not target.exists():
-            target.write_bytes(data)
+            partial = target.with_name(target.name + ".partial")
+            partial.write_bytes(data)
+            os.replace(partial, target)  # a shared copy is whole or absent, never half a file
+        if target.read_bytes() != data:
+            raise SystemExit(f"{target}: holds other bytes than {path} though its name says the same digest")
         link = path.with_name(path.name + ".link")
         os.symlink(os.path.relpath(target, path.parent), link)
         os.replace(link, path)  # the file is whole until the link takes its place

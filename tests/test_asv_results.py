@@ -177,3 +177,20 @@ def test_helpers():
     assert unquote("'bfloat16'") == "bfloat16" and unquote("4096") == "4096"
     assert unquote("torch.bfloat16") == "bfloat16"
     assert [format_shape(grid_shape(n)) for n in (4096, 1000, 6000)] == ["1x4096", "1000", "6000"]
+
+
+def test_every_recorded_benchmarks_json_is_one_shared_copy_whole():
+    """docs/aa's asv folders hold benchmarks.json as links to one copy each (docs/aa/asv-benchmarks):
+    a link broken by a move, or a copy whose bytes are not the ones its name digests, is caught here
+    and not by a reader of old data months later."""
+    import hashlib
+
+    aa = Path(__file__).resolve().parents[1] / "docs" / "aa"
+    shared = aa / "asv-benchmarks"
+    files = [p for p in aa.rglob("benchmarks.json") if shared not in p.parents]
+    assert files
+    for path in files:
+        assert path.is_symlink(), f"{path}: a copy of its own (python scripts/link_asv_benchmarks.py links it)"
+        target = path.resolve()
+        assert target.parent == shared.resolve() and target.is_file(), f"{path} -> {target}"
+        assert hashlib.sha256(target.read_bytes()).hexdigest().startswith(target.stem), target
