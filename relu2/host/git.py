@@ -95,10 +95,16 @@ def state(repo: Repo = None, paths: Sequence[str] = ()) -> str:
     listed = try_output(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths)
     if changed is None or listed is None:
         return f"{sha}+dirty-unknown"
+    return f"{sha}+dirty-{files_digest(root, listed.split(chr(0)))}"
+
+
+def files_digest(root: Path, names: Iterable[str]) -> str:
+    """12 hex digits of sha256 over ``names`` (paths under ``root``) and their contents, in name order:
+    the same files with the same bytes are the same digest wherever they lie."""
     digest = hashlib.sha256()
-    for name in sorted(set(filter(None, listed.split("\0")))):
-        digest.update(os.fsencode(name) + b"\0" + _file_digest(root / name))
-    return f"{sha}+dirty-{digest.hexdigest()[:12]}"
+    for name in sorted(set(filter(None, names))):
+        digest.update(os.fsencode(name) + b"\0" + _file_digest(Path(root) / name))
+    return digest.hexdigest()[:12]
 
 
 def _file_digest(path: Path) -> bytes:

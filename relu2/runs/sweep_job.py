@@ -11,7 +11,6 @@ process of the sweep ended, ``relu2.host.lifecycle``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -46,10 +45,8 @@ def measured_state(root: Path | None = None) -> str:
     state = git.state(root or Path(__file__).resolve().parents[2], MEASURED_PATHS)
     src = os.environ.get(ENV_CSRC_DIR, "").strip()
     if src:
-        digest = hashlib.sha256()
-        for path in sorted(p for p in Path(src).rglob("*") if p.is_file()):
-            digest.update(os.fsencode(path.relative_to(src)) + b"\0" + path.read_bytes())
-        state += f"+csrc-{digest.hexdigest()[:12]}"
+        names = [str(p.relative_to(src)) for p in Path(src).rglob("*") if p.is_file()]
+        state += f"+csrc-{git.files_digest(Path(src), names)}"
     return state
 
 
