@@ -7,6 +7,7 @@ torch is imported inside the functions that need it: this module is on ``relu2 -
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -57,6 +58,7 @@ def gpu_name() -> str:
     return torch.cuda.get_device_name(0)
 
 
+@functools.lru_cache(maxsize=1)  # a process asks once: a compare's label check and its model check share it
 def gpu_name_apart(timeout_s: float = 120) -> str:
     """``gpu_name()`` read in a process of its own, so the caller holds no CUDA context beside the
     processes that measure; "" when that process cannot say."""
