@@ -17,6 +17,7 @@ import pytest
 from conftest import HAS_CUDA, ROOT, refused
 from relu2 import cli
 from relu2.judge import noise
+from relu2.measure import timing
 from relu2.records import compare_folder
 from relu2.runs import compare
 
@@ -77,6 +78,28 @@ def test_more_rounds_go_on_the_compare_s_abba_order_and_keep_its_numbering(tmp_p
                                            ((4, "head"), (4, "base"), (5, "base"), (5, "head"), (6, "head"), (6, "base"))]
     assert all(cells == [cell.to_json()] for _, cells in asked)
     assert [p.name for p in done.rounds["base"]] == ["round-4-base.pickle", "round-5-base.pickle", "round-6-base.pickle"]
+
+
+def test_a_round_whose_hot_timer_measured_a_graph_again_says_so(tmp_path, monkeypatch):
+    """The timer's retry note is written by a worker into the round's log, which goes with the scratch
+    folder: the compare passes it on, naming the round, and nothing else of that log."""
+    said = []
+
+    def child(action, request, side, ruler, scratch, timeout_s, **env):
+        Path(request["out"]).write_bytes(b"measured")
+        log = tmp_path / f"{Path(request['out']).stem}.log"
+        note = "a graph of 4 calls lasted 0.014 ms of the 0.2 ms asked (try 1 of 3): its estimate stalled"
+        log.write_text("relu2: round 1/1: workers ready in 3 s\n" +
+                       (f"{timing.HOT_NOTE}{note}\n" if side.name == "head" else ""), encoding="utf-8")
+        return compare.Ended(0, "", log=str(log))
+
+    monkeypatch.setattr(compare, "_child", child)
+    b, h = (compare.Side(name, "0" * 40, tmp_path) for name in ("base", "head"))
+    compare.measure_sides(b, h, compare.Ruler(tmp_path, tmp_path), tmp_path, 1, "cpu", keep=tmp_path, say=said.append)
+    notes = [line for line in said if "a graph of" in line]
+    assert notes == ["relu2 compare: round 1/1 head: relu2: hot: a graph of 4 calls lasted 0.014 ms of the 0.2 ms "
+                     "asked (try 1 of 3): its estimate stalled"]
+    assert not any("workers ready" in line for line in said)
 
 
 def test_both_sides_results_are_written_side_by_side_and_a_failed_one_is_named(tmp_path, monkeypatch):

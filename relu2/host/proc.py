@@ -121,6 +121,7 @@ class Ended:
     code: int | None
     tail: str
     stdout: str = ""
+    log: str = ""  # the file its output went to ("": kept, not logged)
 
     @property
     def ok(self) -> bool:
@@ -154,4 +155,4 @@ def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] |
                  if ln.strip()]
         return Ended(None, f"no answer in {timeout_s:g} s" + (f" (last: {lines[-1]})" if lines else ""))
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    return Ended(done.returncode, lines[-1] if lines else "", stdout)
+    return Ended(done.returncode, lines[-1] if lines else "", stdout, os.fspath(log) if log is not None else "")

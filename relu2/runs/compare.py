@@ -60,7 +60,7 @@ from relu2.host.machine import gpu_name_apart, machine_info, resolve_device
 from relu2.host.outputs import claim_dir, name_part
 from relu2.host.proc import Ended, environ, run_child
 from relu2.judge import gate, noise
-from relu2.measure import counters, rounds
+from relu2.measure import counters, rounds, timing
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS, merge
 from relu2.records.asv_names import timed_cell
@@ -332,9 +332,20 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
         partial.replace(result)  # a round is kept whole or not at all
         out.rounds[name].append(result)
         out.seconds[name].append(time.perf_counter() - began)
+        for note in timer_notes(ended.log):
+            say(f"{label}: round {r}/{last} {name}: {note}")
         say(f"{label}: round {r}/{last} {name} ({side.commit[:8]}) in {out.seconds[name][-1]:.0f} s, "
             f"{time.perf_counter() - started:.0f} s in all")
     return out
+
+
+def timer_notes(log: str) -> list[str]:
+    """What the hot timer said in a round's output (a graph measured again): otherwise lost with the
+    round's log, and the only sign in a compare that a cell's figure needed more than one graph."""
+    if not log or not os.path.isfile(log):
+        return []
+    with open(log, encoding="utf-8", errors="replace") as f:
+        return [line.strip() for line in f if line.startswith(timing.HOT_NOTE)]
 
 
 def kernels_of(paths: Sequence[Path]) -> dict:
