@@ -169,6 +169,30 @@ def test_hot_keeps_the_longest_graph_when_every_estimate_stalled(monkeypatch):
     assert events.count(f"sleep {timing.ESTIMATE_SLEEP_CYCLES}") == timing.HOT_TRIES == len(tries)
 
 
+@pytest.mark.parametrize("triton", ["absent", "older than return_mode"])
+def test_hot_without_triton_s_timer_checks_its_own_graph_too(monkeypatch, triton):
+    """The written-out method (no triton, or one whose do_bench_cudagraph returns no replays) sizes its
+    graph from the same kind of estimate, so a short graph of it is measured again as well."""
+    import sys
+    import types
+
+    if triton == "absent":
+        monkeypatch.setitem(sys.modules, "triton", None)
+        monkeypatch.setitem(sys.modules, "triton.testing", None)
+    else:
+        def do_bench_cudagraph(fn, rep, return_mode):
+            assert return_mode in ("min", "max", "mean", "median")  # triton 2's modes
+        old = types.ModuleType("triton")
+        old.testing = types.SimpleNamespace(do_bench_cudagraph=do_bench_cudagraph)
+        monkeypatch.setitem(sys.modules, "triton", old)
+        monkeypatch.setitem(sys.modules, "triton.testing", old.testing)
+    tries = [([3.6e-6] * 3, 4), ([1.3e-6] * 3, 150)]  # 14 µs of the 200 asked, then 195 µs
+    monkeypatch.setattr(timing, "_graph_replay_samples", lambda call, budget: tries.pop(0))
+    budget = Budget(samples=3, sample_ms=0.2, max_calls=16)
+    assert timing._cuda_hot(lambda x: None, torch.ones(4), budget) == [1.3e-6] * 3
+    assert not tries
+
+
 def test_a_graph_longer_than_its_sample_time_or_of_uncounted_calls_is_never_short():
     budget = Budget(samples=3, sample_ms=2.0)
     assert timing._short_graph([1e-6], 400, budget)  # 0.4 ms of 2

@@ -281,16 +281,9 @@ HOT_NOTE = "relu2: hot: "  # what such a retry says on stderr; relu2 compare pas
 
 
 def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
-    try:
-        from triton.testing import do_bench_cudagraph
-    except ImportError:
-        return _graph_replay_samples(lambda: fn(x), budget)
     tries = []
     for _ in range(HOT_TRIES):
-        try:
-            samples, calls = _triton_graph_samples(do_bench_cudagraph, fn, x, budget)
-        except AssertionError:  # a triton older than return_mode="all": the same method, written out
-            return _graph_replay_samples(lambda: fn(x), budget)
+        samples, calls = _hot_graph(fn, x, budget)
         if not _short_graph(samples, calls, budget):
             return samples
         tries.append((calls, samples))
@@ -298,6 +291,19 @@ def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
         print(f"{HOT_NOTE}a graph of {calls} calls lasted {calls * quantile(samples, 0.5) * 1e3:.3f} ms of the "
               f"{budget.sample_ms:g} ms asked (try {len(tries)} of {HOT_TRIES}): its estimate stalled", file=sys.stderr)
     return max(tries, key=lambda t: t[0])[1]  # every estimate stalled: the longest graph is the least wrong
+
+
+def _hot_graph(fn: Fn, x: torch.Tensor, budget: Budget) -> tuple[list[float], int]:
+    """One hot figure and the calls its graph held: by triton's ``do_bench_cudagraph``, or, without a
+    triton that returns every replay, by the same method written out."""
+    try:
+        from triton.testing import do_bench_cudagraph
+    except ImportError:
+        return _graph_replay_samples(lambda: fn(x), budget)
+    try:
+        return _triton_graph_samples(do_bench_cudagraph, fn, x, budget)
+    except AssertionError:  # a triton older than return_mode="all"
+        return _graph_replay_samples(lambda: fn(x), budget)
 
 
 def _short_graph(samples: Sequence[float], calls: int, budget: Budget) -> bool:
@@ -336,9 +342,9 @@ def _triton_graph_samples(do_bench_cudagraph: Callable, fn: Fn, x: torch.Tensor,
     return (samples[1:] if len(samples) > 2 else samples), captured
 
 
-def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> list[float]:
-    """``do_bench_cudagraph``'s method: replay a graph of n back-to-back calls; seconds per call, n
-    from five calls timed behind a sleep of the GPU (as ``_cuda_hot`` has triton estimate it)."""
+def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> tuple[list[float], int]:
+    """``do_bench_cudagraph``'s method: replay a graph of n back-to-back calls; seconds per call and n,
+    n from five calls timed behind a sleep of the GPU (as ``_cuda_hot`` has triton estimate it)."""
     import torch
     with torch.cuda.stream(torch.cuda.Stream()):  # capture may not run on the default stream
         call()
@@ -352,7 +358,7 @@ def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> list[floa
         graph.replay()  # uploads the graph; not a sample
         samples = [_event_ms(graph.replay) / calls / 1e3 for _ in range(budget.samples)]
     del graph
-    return samples
+    return samples, calls
 
 
 def _cuda_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
