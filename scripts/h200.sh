@@ -22,7 +22,7 @@
 #                   (NAME: the patch's name without .patch), for compare=main,planted-NAME
 #     compare=BASE,HEAD  relu2 compare BASE HEAD on this box (the checkout's instrument, the clone's
 #                   commits; BASE,BASE is an A/A; a repeat on a warm box gets DIR-2, -3), timed; the
-#                   folders come back in compare.tgz; the summary counts its hot graphs measured again;
+#                   folders come back in compare.tgz; the summary counts its short hot graphs (retried);
 #                   with RELU2_DEADLINE, not started under RELU2_COMPARE_S (300) s left and stopped
 #                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume);
 #                   RELU2_COMPARE_ARGS adds arguments (--measure-only: the A/As of a GPU with no model yet,
@@ -187,8 +187,10 @@ compare_step() {  # compare_step BASE,HEAD
   # instrument must be this checkout's (the clone's relu2 is whatever the bundle held).
   run "compare-$name" bash -c "cd $ROOT && t0=\$SECONDS; timeout -s INT $limit python3 -m relu2 compare $base $head --repo $repo --machine $MACHINE \
     ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} ${RELU2_COMPARE_ARGS:-} --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
-  # The hot graphs measured again (relu2 compare passes the timer's note on), for the summary's line.
-  echo "-- compare-$name: $(grep -c 'relu2: hot: a graph of' "$LOG/compare-$name.log") hot graphs measured again" >> "$LOG/summary.txt"
+  # The timer's notes of short hot graphs (relu2 compare passes them on; the text is relu2.measure.timing's
+  # HOT_NOTE and its print): one a short graph, measured again unless it was the cell's last try.
+  echo "-- compare-$name: $(grep -c 'relu2: hot: a graph of' "$LOG/compare-$name.log") short hot graphs noted," \
+    "$(grep -c 'relu2: hot: a graph of.*(try 3 of 3)' "$LOG/compare-$name.log") of them kept after the last try" >> "$LOG/summary.txt"
   tar -C $folders -czf "$OUT/compare.tgz" .
 }
 

@@ -102,6 +102,22 @@ def test_a_round_whose_hot_timer_measured_a_graph_again_says_so(tmp_path, monkey
     assert not any("workers ready" in line for line in said)
 
 
+def test_a_note_a_spawned_worker_writes_reaches_the_round_s_log(tmp_path):
+    """The path the note takes on a GPU box: a worker spawned by the round's process (as the worker pool
+    does) writes it to the stderr it inherited; run_child logs the round's output and names the log."""
+    script = ("import multiprocessing as mp, sys\n"
+              "def work():\n"
+              f"    print({timing.HOT_NOTE!r} + 'a graph of 4 calls lasted ...', file=sys.stderr, flush=True)\n"
+              "if __name__ == '__main__':\n"
+              "    p = mp.get_context('spawn').Process(target=work); p.start(); p.join()\n"
+              "    print('round done')\n")
+    (tmp_path / "round.py").write_text(script, encoding="utf-8")
+    log = tmp_path / "round.log"
+    ended = compare.run_child([sys.executable, str(tmp_path / "round.py")], timeout_s=60, log=log, cwd=tmp_path)
+    assert ended.ok and ended.log == str(log)
+    assert compare.timer_notes(ended.log) == [f"{timing.HOT_NOTE}a graph of 4 calls lasted ..."]
+
+
 def test_both_sides_results_are_written_side_by_side_and_a_failed_one_is_named(tmp_path, monkeypatch):
     """The two record processes run at once (a compare whose work changed writes both sides again after
     every added batch of rounds); the side whose process failed is named, the other's figures kept."""

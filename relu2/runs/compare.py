@@ -340,8 +340,9 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
 
 
 def timer_notes(log: str) -> list[str]:
-    """What the hot timer said in a round's output (a graph measured again): otherwise lost with the
-    round's log, and the only sign in a compare that a cell's figure needed more than one graph."""
+    """What the hot timer said in a round's output (a graph too short, measured again or kept after its
+    last try): otherwise lost with the round's log, and the only sign in a compare that some hot figure
+    of the round needed more than one graph (the note names the graph's calls, not its cell)."""
     if not log or not os.path.isfile(log):
         return []
     with open(log, encoding="utf-8", errors="replace") as f:
