@@ -26,7 +26,8 @@
 #                   with RELU2_DEADLINE, not started under RELU2_COMPARE_S (300) s left and stopped
 #                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume);
 #                   RELU2_COMPARE_ARGS adds arguments (--measure-only: the A/As of a GPU with no model yet,
-#                   which relu2 compare otherwise refuses before measuring)
+#                   which relu2 compare otherwise refuses before measuring); left unset on a GPU that no
+#                   noise model judges, the step adds --measure-only itself and says so in the summary
 #     sweep=ARGS    relu2 sweep ARGS --out $OUT/sweep (ARGS comma-free words joined by '+')
 #     history=PATCH:K:CELL  a branch history-NAME in the clone: 16 commits after main (a line of docs each), the
 #                   Kth also applying docs/aa/PATCH to csrc/; then relu2 bisect main history-NAME --cell CELL
@@ -167,6 +168,17 @@ planted() {  # planted PATCH: main with docs/aa/PATCH applied, as branch planted
     git checkout -q main && git log --oneline -1 $name"
 }
 
+# Whether relu2 compare would judge this GPU (its own check, relu2.runs.compare.check_judgeable), asked
+# once a visit: the device may lend a GPU with no noise model, whose compares are then measured
+# unjudged rather than refused.
+JUDGED=
+judged() {
+  [ -n "$JUDGED" ] || JUDGED=$(python3 -c 'from relu2.runs.compare import check_judgeable; check_judgeable("cuda", None)' \
+    2>&1 >/dev/null | tail -1)
+  JUDGED=${JUDGED:-yes}
+  [ "$JUDGED" = yes ]
+}
+
 compare_step() {  # compare_step BASE,HEAD
   local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo folders=/tmp/relu2-compare
   local name
@@ -185,8 +197,13 @@ compare_step() {  # compare_step BASE,HEAD
   export PIP_NO_INDEX=1 PIP_FIND_LINKS="$ROOT/.whl" PIP_CONFIG_FILE=/dev/null
   # From $ROOT, not the clone: `python3 -m` puts the current folder first on sys.path, and the
   # instrument must be this checkout's (the clone's relu2 is whatever the bundle held).
+  local args=${RELU2_COMPARE_ARGS-}
+  if [ -z "${RELU2_COMPARE_ARGS+set}" ] && ! judged; then
+    args=--measure-only
+    echo "-- compare-$name: measured unjudged (--measure-only): ${JUDGED#*UsageError: }" | tee -a "$LOG/summary.txt"
+  fi
   run "compare-$name" bash -c "cd $ROOT && t0=\$SECONDS; timeout -s INT $limit python3 -m relu2 compare $base $head --repo $repo --machine $MACHINE \
-    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} ${RELU2_COMPARE_ARGS:-} --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
+    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} $args --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
   # The timer's notes of short hot graphs (relu2 compare passes them on; the text is relu2.measure.timing's
   # HOT_NOTE and its print): one a short graph, measured again unless it was the cell's last try.
   echo "-- compare-$name: $(grep -c 'relu2: hot: a graph of' "$LOG/compare-$name.log") short hot graphs noted," \
