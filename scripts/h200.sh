@@ -171,11 +171,19 @@ planted() {  # planted PATCH: main with docs/aa/PATCH applied, as branch planted
 # Whether relu2 compare would judge this GPU (its own check, relu2.runs.compare.check_judgeable), asked
 # once a visit: the device may lend a GPU with no noise model, whose compares are then measured
 # unjudged rather than refused.
+# JUDGED: "yes", or the check's last line (why not).  Its exit status decides, not its output: a
+# warning on stderr from a check that passed must not read as a refusal.
 JUDGED=
 judged() {
-  [ -n "$JUDGED" ] || JUDGED=$(python3 -c 'from relu2.runs.compare import check_judgeable; check_judgeable("cuda", None)' \
-    2>&1 >/dev/null | tail -1)
-  JUDGED=${JUDGED:-yes}
+  if [ -z "$JUDGED" ]; then
+    local why
+    if why=$(python3 -c 'from relu2.runs.compare import check_judgeable; check_judgeable("cuda", None)' 2>&1 >/dev/null); then
+      JUDGED=yes
+    else
+      JUDGED=$(printf '%s\n' "$why" | tail -1)
+      JUDGED=${JUDGED:-the check failed without a word}
+    fi
+  fi
   [ "$JUDGED" = yes ]
 }
 
