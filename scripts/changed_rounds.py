@@ -1,6 +1,6 @@
 """What more rounds do for a cell whose work changed, on recorded H200 A/A compares (each box left out).
 
-    python scripts/changed_rounds.py docs/aa/compare-h200-2026-12-02 [--share 60]
+    python scripts/changed_rounds.py docs/aa/compare-h200-2026-12-02 [MORE FOLDERS] [--share 60]
 
 The A/A compares one box made, one after another, are read as one compare of 3, 6, 9 ... rounds (the
 first k of them concatenated: real rounds of fresh processes on one box, as relu2 compare adds them).
@@ -94,16 +94,17 @@ def spread_table(by_box: dict, l2: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folder", type=Path)
+    parser.add_argument("folder", type=Path, nargs="+", help="folders of compare folders (every A/A in them is read)")
     parser.add_argument("--share", type=int, default=60, help="cells whose work changed (default 60: fused's Grid)")
     parser.add_argument("--plant", type=float, default=None, metavar="RATIO",
                         help="the head planted RATIO slower (default: each band's matters)")
     args = parser.parse_args(argv)
-    if not args.folder.is_dir():
-        parser.error(f"{args.folder}: no such folder")
+    for folder in args.folder:
+        if not folder.is_dir():
+            parser.error(f"{folder}: no such folder")
     if args.plant is not None and not args.plant > 0:
         parser.error(f"--plant {args.plant}: a ratio must be positive")
-    dirs = [str(d) for d in sorted(args.folder.iterdir()) if (d / "compare.json").exists()]
+    dirs = [str(d) for folder in args.folder for d in sorted(folder.iterdir()) if (d / "compare.json").exists()]
     aa = [d for d in dirs if (lambda m: m.base == m.head)(read_compare(d))]
     seen, _, fixed = same_box_seen(aa)
     l2 = fixed["l2_bytes"]

@@ -343,7 +343,7 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
         return counted if counted is not None else recorded.get(b.cell.input)
 
     works = {id(b): work_of(b, h) for b, h, _ in comparable}
-    rules = {id(b): rule_for(b, 0) for b, _, _ in comparable}
+    rules = {id(b): rule_for(b, 0, bool(works[id(b)])) for b, _, _ in comparable}  # a GPU may judge only changed cells
     out.gated = sum(1 for b, _, _ in comparable if rules[id(b)].gated)
     out.work_changed = sum(1 for b, _, _ in comparable
                            if rules[id(b)].gated and b.cell.timing_mode is not None and works[id(b)])
