@@ -181,14 +181,15 @@ def test_a_measured_distribution_neither_side_builds_isrefused(monkeypatch):
 
 def test_a_gpu_with_no_model_to_judge_by_is_refused_before_anything_is_measured(tmp_path, capsys, monkeypatch):
     """An H100 compare measured every round for 155 s and then stopped at the verdict with exit 2 (no
-    H100 model): it is refused first now, unless the compare is only measured or judged by a factor."""
+    H100 model then): a GPU no model judges is refused first now, unless the compare is only measured
+    or judged by a factor (the H100 has a model of the cells whose work changed since)."""
     measured = []
     monkeypatch.setattr(compare, "resolve_device", lambda asked: "cuda")
-    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA B200")
     monkeypatch.setattr(compare, "measure", lambda base, head, out, **kw: measured.append(Path(out)))
     monkeypatch.setattr(compare, "judge", lambda out, fmt, **kw: ("judged", 0))
     line = refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "c")], capsys,
-                   "no noise model for NVIDIA H100 80GB HBM3", "--measure-only", "--factor")
+                   "no noise model for NVIDIA B200", "--measure-only", "--factor")
     assert "nothing measured" in line and not measured and not (tmp_path / "c").exists()
     assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "m"), "--measure-only"]) == 0
     assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "f"), "--factor", "1.05"]) == 0
@@ -196,11 +197,11 @@ def test_a_gpu_with_no_model_to_judge_by_is_refused_before_anything_is_measured(
     assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "h")]) == 0
     monkeypatch.setattr(compare, "gpu_name_apart", lambda: "")  # unreadable here: the verdict says what it finds
     assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "u")]) == 0
-    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA H100 80GB HBM3")
-    h100 = tmp_path / "h100.json"  # a model learned for it, named by the flag or the variable, lets it through
-    noise.save_models([replace(noise.load_models()[0], gpu="NVIDIA H100 80GB HBM3", kind=noise.SAME_BOX)], h100)
-    assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "n"), "--noise-model", str(h100)]) == 0
-    monkeypatch.setenv(noise.MODEL_ENV, str(h100))
+    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA B200")
+    b200 = tmp_path / "b200.json"  # a model learned for it, named by the flag or the variable, lets it through
+    noise.save_models([replace(noise.load_models()[0], gpu="NVIDIA B200", kind=noise.SAME_BOX)], b200)
+    assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "n"), "--noise-model", str(b200)]) == 0
+    monkeypatch.setenv(noise.MODEL_ENV, str(b200))
     assert cli.main(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "e")]) == 0
     monkeypatch.delenv(noise.MODEL_ENV)
     refused(["compare", "HEAD", "HEAD", "--out", str(tmp_path / "c"), "--resume"], capsys, "nothing more measured")

@@ -285,6 +285,35 @@ def test_a_changed_cell_is_confirmed_at_the_share_that_flagged_it(tmp_path):
     assert [c.label for c in without.unconfirmed] == [cell.label]
 
 
+H100_COMPARES = ROOT / "docs" / "aa"
+
+
+def test_a_gpu_whose_model_judges_only_changed_work_gates_those_cells_and_reports_the_rest(monkeypatch):
+    """The H100's only model judges the cells whose exact work changed (no model of it holds out of sample
+    for the others): the recorded in-L2 plant of an H100 box it did not learn from fails on fused cells
+    alone, each at 1/60 of the budget; every unchanged cell is reported, not gated; the comment-only branch
+    and an A/A of that box change no work and pass with nothing gated; and relu2 compare on an H100
+    measures judged (check_judgeable refuses a GPU only where no model of it judges any cell)."""
+    from relu2.judge.gate import gate_compare
+    from relu2.runs import compare
+
+    box = H100_COMPARES / "compare-h100-2026-12-05-b"
+    planted = gate_compare(box / "h100-main_planted_slow_fused_in_l2")
+    assert planted.exit_code == 1 and planted.noise["gated"] == planted.noise["work_changed"] == 60
+    assert planted.noise["per_changed_cell"] == pytest.approx(0.05 / 60)
+    assert planted.regressions and all(dict(c.params)["impl"] == "fused" and c.work for c in planted.regressions)
+    unchanged = [c for c in planted.cells if not c.work]
+    assert unchanged and all(c.threshold != c.threshold for c in unchanged)  # NaN: not gated
+    assert any("the cells whose work did not change are reported, not gated" in n for n in planted.notes())
+    assert "the 60 cells whose work changed share it" in planted.budget_line()
+    for name in ("h100-main_planted_comment_only", "h100-main_main"):
+        quiet = gate_compare(box / name)
+        assert (quiet.exit_code, quiet.noise["gated"], quiet.noise["work_changed"]) == (0, 0, 0)
+    monkeypatch.setattr(compare, "resolve_device", lambda asked: "cuda")
+    monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA H100 80GB HBM3")
+    compare.check_judgeable("cuda", None)  # not refused (a GPU with no model is: tests/test_compare.py)
+
+
 def test_a_token_suite_cell_finds_its_counted_work_by_its_decoded_shape():
     """Nemotron, VllmShapes, ModelShapes name tokens and hidden, not numel, and no dtype: the counted
     work is found by the decoded cell (its suite's dtype, its shape)."""
