@@ -34,11 +34,10 @@ from relu2.vocab.schema import band_named, quantile  # noqa: E402
 
 def concatenated(sides: list, k: int) -> list[tuple]:
     """(base, head) measurements of the first ``k`` compares, each cell's rounds one after another."""
-    firsts = {m.cell: m for m in sides[0][0].measurements}
+    by_cell = [({x.cell: x for x in b.measurements}, {x.cell: x for x in h.measurements}) for b, h in sides[:k]]
     out = []
-    for cell, m in firsts.items():
-        got = [({x.cell: x for x in b.measurements}.get(cell), {x.cell: x for x in h.measurements}.get(cell))
-               for b, h in sides[:k]]
+    for cell in by_cell[0][0]:
+        got = [(b.get(cell), h.get(cell)) for b, h in by_cell]
         if any(b is None or h is None or not b.samples or len(b.samples) != len(h.samples) for b, h in got):
             continue
         bs = tuple(s for b, _ in got for s in b.samples)
