@@ -1,4 +1,4 @@
-"""What more rounds do for a cell whose work changed, on recorded H200 A/A compares (each box left out).
+"""What more rounds do for a cell whose work changed, on recorded A/A compares of one GPU (each box left out).
 
     python scripts/changed_rounds.py docs/aa/compare-h200-2026-12-02 [MORE FOLDERS] [--share 60]
 

@@ -309,6 +309,8 @@ def test_a_gpu_whose_model_judges_only_changed_work_gates_those_cells_and_report
     for name in ("h100-main_planted_comment_only", "h100-main_main"):
         quiet = gate_compare(box / name)
         assert (quiet.exit_code, quiet.noise["gated"], quiet.noise["work_changed"]) == (0, 0, 0)
+    launch = gate_compare(box / "h100-main_main", gate_launch=2.0)  # only launch gated: its line still reads
+    assert launch.noise["gated"] > 0 and "no cell's work changed" in launch.render("text")
     monkeypatch.setattr(compare, "resolve_device", lambda asked: "cuda")
     monkeypatch.setattr(compare, "gpu_name_apart", lambda: "NVIDIA H100 80GB HBM3")
     compare.check_judgeable("cuda", None)  # not refused (a GPU with no model is: tests/test_compare.py)

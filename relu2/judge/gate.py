@@ -65,7 +65,8 @@ def pick_model(gpu: str, kind: str, path: str | os.PathLike | None, factor: floa
     """The model that judges, a note, and the model that judges the cells whose exact work changed.
     Never another GPU's: a GPU with no model of its own is refused, or gated by ``--factor`` only; a
     same-box comparison without a same-box model for every cell is judged with the cross-box one
-    (wider) and says so; a CPU is gated only with a model or ``--factor``."""
+    (wider) and says so, or, where the GPU has none (the H100), gates only the cells whose work
+    changed (None judges the others: reported); a CPU is gated only with a model or ``--factor``."""
     models = noise.load_models(path)
     changed = noise.model_for(models, gpu, kind)
     if factor is not None or changed is None or not changed.changed_work_only:
@@ -122,6 +123,8 @@ def make_rule_for(model: NoiseModel | None, l2_bytes: int, *, factor: float | No
                 # No floor unless asked: the counters say the work changed, so even a small kernel's
                 # move is the change's (the floor keeps noise on the fastest cells from failing a run)
                 return changed_rule(changed, m, gated, l2_bytes, launch_floor)
+            if model is None and changed_work and changed is not None:  # a family its changed-work model never saw
+                return Rule(False, REPORTED_BEYOND, floor, UNKNOWN_GROUP_WHY)
             if model is None:
                 return Rule(False, REPORTED_BEYOND, floor, why_not)
             ratio = model.ratio(key, gated)
@@ -238,21 +241,22 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
     gpu, b_gpu = str(head.info.get("gpu", "")), str(base.info.get("gpu", ""))
     cpu = is_cpu_machine(base.info) and is_cpu_machine(head.info)
     model, model_note, changed_model = pick_model(gpu, kind, noise_model, factor, cpu)
-    if model is not None and noise.is_gpu(gpu):  # the bands are the model's GPU's: a folder does not move them
+    learned = model or changed_model  # what knows this GPU: its bands, how far its boxes move, its repicks
+    if learned is not None and noise.is_gpu(gpu):  # the bands are the model's GPU's: a folder does not move them
         for side in (s for s in (base, head) if str(s.info.get("gpu", "")) == gpu):  # --across-gpus: head's alone
             recorded = noise.l2_of(side.info)
-            if recorded is not None and recorded != model.l2_bytes:
+            if recorded is not None and recorded != learned.l2_bytes:
                 raise ResultsError(f"{side.machine} ({side.commit[:8]}) records an L2 of {recorded} bytes; the model "
-                                     f"of {gpu} was learned with {model.l2_bytes}: not that GPU, or not its record")
-    l2 = noise.l2_of(head.info) or (model.l2_bytes if model else None) or noise.KNOWN_L2["H200"]
+                                     f"of {gpu} was learned with {learned.l2_bytes}: not that GPU, or not its record")
+    l2 = noise.l2_of(head.info) or (learned.l2_bytes if learned else None) or noise.KNOWN_L2["H200"]
     if not across_versions:
         check_versions(base.measurements, head.measurements)
     rule_for = make_rule_for(model, l2, factor=factor, floor_s=floor_s, gate_launch=gate_launch,
                              why_not=model_note or CPU_WHY, changed=changed_model)
     band = partial(noise.band_of_cell, l2_bytes=l2)
     found = compare(base.measurements, head.measurements, rule_for, allow_missing, band, paired=paired,
-                    bounds=model.bound_map() if model else None,
-                    repick_bound=model.repick_bound if model else REPICK_BOUND, work=work,
+                    bounds=learned.bound_map() if learned else None,
+                    repick_bound=learned.repick_bound if learned else REPICK_BOUND, work=work,
                     count_work=b_gpu == gpu and not stack_differences(base.info, head.info))
     if found.base_cells and found.base_failures > FAILED_BASE_LIMIT * found.base_cells and not allow_failed_base:
         raise ResultsError(f"base {base.commit[:8]} on {base.machine}: {found.base_failures} of its "
@@ -271,7 +275,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
         planned = len(plan.cells)
     overrides = {k: v for k, v in (("factor", factor), ("floor_s", floor_s), ("gate_launch", gate_launch),
                                    ("allow_missing", tuple(allow_missing))) if v not in (None, ())}
-    bounds = model.bound_map() if model else {}
+    bounds = learned.bound_map() if learned else {}
     stack = [f"{mode} {b} {math.exp(v):.3f}x (a box moves at most {math.exp(bounds.get((mode, b), 0)):.3f}x)"
              for (mode, b), v in sorted(found.stack_moves.items())]
     return with_work(GateReport(
@@ -288,7 +292,7 @@ def judge(base: Side, head: Side, *, paired: bool, kind: str, factor: float | No
                               changed_model, l2) if paired and factor is None else []),
         spread=spread(base.measurements, head.measurements) if with_spread else [], cpu=cpu and model is None,
         paired=paired, overrides=overrides,
-        noise={"model": (model or changed_model).name if (model or changed_model) else None, "budget": noise.BUDGET,
+        noise={"model": learned.name if learned else None, "budget": noise.BUDGET,
                "gated": found.gated, "per_cell": model.per_cell(found.gated) if model and found.gated else None,
                "work_changed": found.work_changed,
                "per_changed_cell": (changed_model.per_cell(found.work_changed)

@@ -143,12 +143,14 @@ class GateReport:
         n = self.noise
         if not n or not n.get("gated"):
             return "no cell is gated: timings are reported, not judged" if n else ""
-        if n.get("model") and not n.get("per_cell") and n.get("per_changed_cell"):  # a GPU judged only where work changed
-            return (f"noise model {n['model']}: at most {n['budget']:.0%} of runs of a change fail on noise; "
-                    f"the {n['work_changed']} cells whose work changed share it ({n['per_changed_cell']:.2g} each), "
-                    "no other cell is gated")
         if "factor" in self.overrides or not n.get("model"):  # the factor is the rule: no model's budget applies
             return f"{n['gated']} cells gated by --factor {self.overrides.get('factor', '?')}"
+        if n.get("per_cell") is None:  # a GPU whose model judges only the cells whose work changed (the H100)
+            changed = (f"the {n['work_changed']} cells whose work changed share it ({n['per_changed_cell']:.2g} each)"
+                       if n.get("per_changed_cell") else "no cell's work changed")
+            others = n["gated"] - n.get("work_changed", 0)
+            return (f"noise model {n['model']}: at most {n['budget']:.0%} of runs of a change fail on noise; {changed}; "
+                    + (f"{others} other cells gated by --gate-launch" if others else "no other cell is gated"))
         return (f"noise model {n['model']}: at most {n['budget']:.0%} of runs of unchanged code fail; "
                 f"{n['gated']} gated cells share it ({n['per_cell']:.2g} each)")
 
