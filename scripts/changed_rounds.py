@@ -29,6 +29,7 @@ from relu2.judge.gate import changed_rule, compare_sides  # noqa: E402
 from relu2.judge.learn import rounds_of, same_box_seen  # noqa: E402
 from relu2.judge.rule import Figure, family_of, is_slower, move, reference_moves, settled  # noqa: E402
 from relu2.records.compare_folder import read_compare  # noqa: E402
+from relu2.vocab.errors import ResultsError  # noqa: E402
 from relu2.vocab.schema import band_named, quantile  # noqa: E402
 
 
@@ -105,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--plant {args.plant}: a ratio must be positive")
     dirs = [str(d) for folder in args.folder for d in sorted(folder.iterdir()) if (d / "compare.json").exists()]
     aa = [d for d in dirs if (lambda m: m.base == m.head)(read_compare(d))]
-    seen, _, fixed = same_box_seen(aa)
+    if not aa:
+        parser.error(f"no A/A compare folder (base = head) in {', '.join(map(str, args.folder))}")
+    try:
+        seen, _, fixed = same_box_seen(aa)
+    except ResultsError as e:  # A/As of several GPUs, say
+        parser.error(str(e))
     l2 = fixed["l2_bytes"]
     by_box: dict[str, list] = defaultdict(list)
     for d in aa:

@@ -285,9 +285,6 @@ def test_a_changed_cell_is_confirmed_at_the_share_that_flagged_it(tmp_path):
     assert [c.label for c in without.unconfirmed] == [cell.label]
 
 
-H100_COMPARES = ROOT / "docs" / "aa"
-
-
 def test_a_gpu_whose_model_judges_only_changed_work_gates_those_cells_and_reports_the_rest(monkeypatch):
     """The H100's only model judges the cells whose exact work changed (no model of it holds out of sample
     for the others): the recorded in-L2 plant of an H100 box it did not learn from fails on fused cells
@@ -297,7 +294,7 @@ def test_a_gpu_whose_model_judges_only_changed_work_gates_those_cells_and_report
     from relu2.judge.gate import gate_compare
     from relu2.runs import compare
 
-    box = H100_COMPARES / "compare-h100-2026-12-05-b"
+    box = ROOT / "docs" / "aa" / "compare-h100-2026-12-05-b"
     planted = gate_compare(box / "h100-main_planted_slow_fused_in_l2")
     assert planted.exit_code == 1 and planted.noise["gated"] == planted.noise["work_changed"] == 60
     assert planted.noise["per_changed_cell"] == pytest.approx(0.05 / 60)
