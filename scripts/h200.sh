@@ -24,7 +24,8 @@
 #                   commits; BASE,BASE is an A/A; a repeat on a warm box gets DIR-2, -3), timed; the
 #                   folders come back in compare.tgz; the summary counts its short hot graphs (retried);
 #                   with RELU2_DEADLINE, not started under RELU2_COMPARE_S (300) s left and stopped
-#                   20 s before it (its rounds kept in DIR/rounds for relu2 compare --resume);
+#                   20 s before it (its rounds kept in DIR/rounds; the same compare= step in a later call on
+#                   the warm box resumes it, relu2 compare --resume, instead of beginning again);
 #                   RELU2_COMPARE_ARGS adds arguments (--measure-only: the A/As of a GPU with no model yet,
 #                   which relu2 compare otherwise refuses before measuring); left unset on a GPU that no
 #                   noise model judges, the step adds --measure-only itself and says so in the summary
@@ -191,9 +192,15 @@ compare_step() {  # compare_step BASE,HEAD
   local base=${1%,*} head=${1#*,} repo=/tmp/relu2-repo folders=/tmp/relu2-compare
   local name
   name=$MACHINE-$(echo "$1" | tr -c 'a-zA-Z0-9\n' '_')
-  # A second compare of the same refs on a warm box (another A/A) gets a folder of its own: -2, -3, ...
-  local n=1 first=$name
-  while [ -e "$folders/$name" ]; do n=$((n + 1)); name=$first-$n; done
+  # A second compare of the same refs on a warm box (another A/A) gets a folder of its own: -2, -3, ...;
+  # but where the last of them was stopped by a deadline (compare.json complete false), the step goes on
+  # with it (relu2 compare --resume: its rounds kept, only the rest measured) rather than begin again.
+  local n=1 first=$name last resume=
+  while [ -e "$folders/$name" ]; do last=$name; n=$((n + 1)); name=$first-$n; done
+  if [ -n "${last:-}" ] && grep -qE '"complete": *false' "$folders/$last/compare.json" 2>/dev/null; then
+    name=$last resume=--resume
+    echo "-- compare-$name: resumed (stopped before; relu2 compare --resume)" | tee -a "$LOG/summary.txt"
+  fi
   install_asv && clone || { echo "compare needs asv and the clone"; return 1; }
   # Under RELU2_DEADLINE a compare is not started with fewer than RELU2_COMPARE_S (300) s left, and is
   # stopped 20 s before it (its rounds so far are kept, compare.json complete false), so the call
@@ -211,7 +218,7 @@ compare_step() {  # compare_step BASE,HEAD
     echo "-- compare-$name: measured unjudged (--measure-only): ${JUDGED#*UsageError: }" | tee -a "$LOG/summary.txt"
   fi
   run "compare-$name" bash -c "cd $ROOT && t0=\$SECONDS; timeout -s INT $limit python3 -m relu2 compare $base $head --repo $repo --machine $MACHINE \
-    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} $args --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
+    ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} $args $resume --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
   # The timer's notes of short hot graphs (relu2 compare passes them on; the text is relu2.measure.timing's
   # HOT_NOTE and its print): one a short graph, measured again unless it was the cell's last try.
   echo "-- compare-$name: $(grep -c 'relu2: hot: a graph of' "$LOG/compare-$name.log") short hot graphs noted," \
