@@ -434,3 +434,21 @@ def test_the_recorded_h200_compares_give_their_verdict_again(branch, exit_code, 
     assert len(report.regressions) == {"slow_fused_5_blocks": 23, "slow_fused_in_l2": 9, "comment_only": 0}[branch]
     assert any(f"work counted for the 30 cells whose kernel differs: {did_other_work} did other work" in n
                for n in report.notes())
+
+
+@pytest.mark.parametrize("box, branch, regressions", [
+    ("compare-h100-2026-12-06-e", "slow_fused_in_l2", 9), ("compare-h100-2026-12-06-e", "slow_fused_5_blocks", 22),
+    ("compare-h100-2026-12-06-e", "comment_only", 0), ("compare-h100-2026-12-06-f", "slow_fused_in_l2", 10),
+    ("compare-h100-2026-12-06-f", "slow_fused_8_blocks", 26), ("compare-h100-2026-12-06-f", "scatter_fused_12", 60),
+    ("compare-h100-2026-12-06-f", "comment_only", 0)])
+def test_the_live_h100_compares_give_their_verdict_again(box, branch, regressions):
+    """The compares two fresh H100 boxes judged live by the H100's changed-work model (docs/aa, the boxes
+    it did not learn from): judged again here, each plant fails on fused cells whose work changed and on
+    nothing else, as many as the box said; the comment-only branch counts nothing and passes."""
+    from relu2.judge.gate import gate_compare
+
+    report = gate_compare(ROOT / "docs" / "aa" / box / f"h100-main_planted_{branch}")
+    assert (report.exit_code, len(report.regressions)) == (1 if regressions else 0, regressions)
+    assert all(dict(r.params)["impl"] == "fused" and r.work for r in report.regressions)
+    assert report.noise["work_changed"] == report.noise["gated"] == (60 if regressions else 0)
+    assert not report.undecided
