@@ -19,7 +19,8 @@
 #     suites=NAMES  the asv= and compare= steps after it measure only these suites (RELU2_BENCH_SUITES
 #                   and --bench; one suite), "suites=" all again
 #     planted=PATCH a branch planted-NAME in the clone: main with docs/aa/PATCH applied and committed
-#                   (NAME: the patch's name without .patch), for compare=main,planted-NAME
+#                   (NAME: the patch's name without .patch), for compare=main,planted-NAME; made once a
+#                   box (a later call on the warm box keeps it)
 #     compare=BASE,HEAD  relu2 compare BASE HEAD on this box (the checkout's instrument, the clone's
 #                   commits; BASE,BASE is an A/A; a repeat on a warm box gets DIR-2, -3), timed; the
 #                   folders come back in compare.tgz; the summary counts its short hot graphs (retried);
@@ -164,9 +165,12 @@ clone() { [ -d /tmp/relu2-repo ] || git clone -q "$ROOT/.whl/repo.bundle" /tmp/r
 planted() {  # planted PATCH: main with docs/aa/PATCH applied, as branch planted-NAME of the clone
   local name=planted-${1%.patch} repo=/tmp/relu2-repo
   clone
-  run "$name" bash -c "cd $repo && git checkout -q -B $name main && git apply '$ROOT/docs/aa/$1' &&
+  # Made once a box: a later call on the warm box keeps the commit, so a stopped compare of it resumes
+  # (relu2 compare --resume refuses other commits) and a repeat compares the same head.
+  run "$name" bash -c "cd $repo && if git rev-parse -q --verify refs/heads/$name >/dev/null; then echo 'kept from an earlier call:'; else
+    git checkout -q -B $name main && git apply '$ROOT/docs/aa/$1' &&
     git -c user.name=relu2 -c user.email=relu2@localhost commit -qam 'planted: $1 (never merged)' &&
-    git checkout -q main && git log --oneline -1 $name"
+    git checkout -q main; fi && git log --oneline -1 $name"
 }
 
 # Whether relu2 compare would judge this GPU (its own check, relu2.runs.compare.check_judgeable), asked
