@@ -203,7 +203,6 @@ compare_step() {  # compare_step BASE,HEAD
   while [ -e "$folders/$name" ]; do last=$name; n=$((n + 1)); name=$first-$n; done
   if [ -n "${last:-}" ] && grep -qE '"complete": *false' "$folders/$last/compare.json" 2>/dev/null; then
     name=$last resume=--resume
-    echo "-- compare-$name: resumed (stopped before; relu2 compare --resume)" | tee -a "$LOG/summary.txt"
   fi
   install_asv && clone || { echo "compare needs asv and the clone"; return 1; }
   # Under RELU2_DEADLINE a compare is not started with fewer than RELU2_COMPARE_S (300) s left, and is
@@ -221,6 +220,7 @@ compare_step() {  # compare_step BASE,HEAD
     args=--measure-only
     echo "-- compare-$name: measured unjudged (--measure-only): ${JUDGED#*UsageError: }" | tee -a "$LOG/summary.txt"
   fi
+  [ -z "$resume" ] || echo "-- compare-$name: resumed (stopped before; relu2 compare --resume)" | tee -a "$LOG/summary.txt"
   run "compare-$name" bash -c "cd $ROOT && t0=\$SECONDS; timeout -s INT $limit python3 -m relu2 compare $base $head --repo $repo --machine $MACHINE \
     ${RELU2_BENCH_SUITES:+--suites $RELU2_BENCH_SUITES} $args $resume --out $folders/$name; rc=\$?; echo compare exit \$rc in \$((SECONDS - t0)) s; exit \$rc"
   # The timer's notes of short hot graphs (relu2 compare passes them on; the text is relu2.measure.timing's
