@@ -201,7 +201,8 @@ compare_step() {  # compare_step BASE,HEAD
   # with it (relu2 compare --resume: its rounds kept, only the rest measured) rather than begin again.
   local n=1 first=$name last resume=
   while [ -e "$folders/$name" ]; do last=$name; n=$((n + 1)); name=$first-$n; done
-  if [ -n "${last:-}" ] && grep -qE '"complete": *false' "$folders/$last/compare.json" 2>/dev/null; then
+  if [ -n "${last:-}" ] && python3 -c 'import sys, pathlib; from relu2.records.compare_folder import incomplete
+incomplete(pathlib.Path(sys.argv[1]))' "$folders/$last" 2>/dev/null; then  # relu2 compare --resume's own check
     name=$last resume=--resume
   fi
   install_asv && clone || { echo "compare needs asv and the clone"; return 1; }
