@@ -416,39 +416,38 @@ def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(
     assert "FAIL of other implementations: 1\n  ('eager', 'float16', 1048576, 'cold')" in out
 
 
-VISIT = ROOT / "docs" / "aa" / "compare-h200-2026-12-05"
+# Every compare judged live with counters and added rounds, as the box said: (folder under docs/aa, exit
+# status, regressions, UNDECIDED, gated cells, fused cells whose kernel differs (counted), of them those
+# that did other work).  The H200 gates every cell (its cross-box model); the H100 only those whose work changed.
+LIVE_COMPARES = [
+    ("compare-h200-2026-12-05/h200-main_planted_slow_fused_5_blocks", 1, 23, 9, 244, 30, 30),
+    ("compare-h200-2026-12-05/h200-main_planted_slow_fused_in_l2", 1, 9, 7, 244, 30, 30),
+    ("compare-h200-2026-12-05/h200-main_planted_comment_only", 0, 0, 0, 244, 30, 0),
+    ("compare-h100-2026-12-06-e/h100-main_planted_slow_fused_in_l2", 1, 9, 0, 60, 30, 30),
+    ("compare-h100-2026-12-06-e/h100-main_planted_slow_fused_5_blocks", 1, 22, 0, 60, 30, 30),
+    ("compare-h100-2026-12-06-e/h100-main_planted_comment_only", 0, 0, 0, 0, 0, 0),
+    ("compare-h100-2026-12-06-f/h100-main_planted_slow_fused_in_l2", 1, 10, 0, 60, 30, 30),
+    ("compare-h100-2026-12-06-f/h100-main_planted_slow_fused_8_blocks", 1, 26, 0, 60, 30, 30),
+    ("compare-h100-2026-12-06-f/h100-main_planted_scatter_fused_12", 1, 60, 0, 60, 30, 30),
+    ("compare-h100-2026-12-06-f/h100-main_planted_comment_only", 0, 0, 0, 0, 0, 0),
+]
 
 
-@pytest.mark.parametrize("branch, exit_code, did_other_work", [
-    ("slow_fused_5_blocks", 1, 30), ("slow_fused_in_l2", 1, 30), ("comment_only", 0, 0)])
-def test_the_recorded_h200_compares_give_their_verdict_again(branch, exit_code, did_other_work):
-    """The compares relu2 compare made on the H200 with counters and added rounds (docs/aa/compare-h200-2026-12-05):
-    judged again here, each plant fails on fused alone, the comment passes, and each says how many of the
-    30 fused cells whose kernel differs did other work."""
+@pytest.mark.parametrize("folder, exit_code, regressions, undecided, gated, differs, did_other_work",
+                         LIVE_COMPARES)
+def test_the_live_compares_give_their_verdict_again(folder, exit_code, regressions, undecided, gated, differs,
+                                                    did_other_work):
+    """The compares relu2 compare made and judged on the box, with counters and added rounds (one H200 box,
+    two H100 boxes the H100's changed-work model did not learn from): judged again here, each plant fails
+    on fused alone (its cells whose work changed, or its summary figure, Implementations.track_fused),
+    as many as the box said, each of its 60 changed cells (hot, cold) counted; the comment-only branch
+    changes no work and passes."""
     from relu2.judge.gate import gate_compare
 
-    report = gate_compare(VISIT / f"h200-main_planted_{branch}")
-    assert report.exit_code == exit_code
-    # fused's cells, and its summary figure (Implementations.track_fused, no parameters)
-    assert all(dict(r.params).get("impl") == "fused" or r.benchmark.endswith("track_fused") for r in report.regressions)
-    assert len(report.regressions) == {"slow_fused_5_blocks": 23, "slow_fused_in_l2": 9, "comment_only": 0}[branch]
-    assert any(f"work counted for the 30 cells whose kernel differs: {did_other_work} did other work" in n
+    report = gate_compare(ROOT / "docs" / "aa" / folder)
+    assert (report.exit_code, len(report.regressions), len(report.undecided)) == (exit_code, regressions, undecided)
+    assert all(dict(r.params).get("impl") == "fused" and r.work or r.benchmark.endswith("track_fused")
+               for r in report.regressions)
+    assert (report.noise["gated"], report.noise["work_changed"]) == (gated, 60 if did_other_work else 0)
+    assert any(n.startswith(f"work counted for the {differs} cells whose kernel differs: {did_other_work} did other work")
                for n in report.notes())
-
-
-@pytest.mark.parametrize("box, branch, regressions", [
-    ("compare-h100-2026-12-06-e", "slow_fused_in_l2", 9), ("compare-h100-2026-12-06-e", "slow_fused_5_blocks", 22),
-    ("compare-h100-2026-12-06-e", "comment_only", 0), ("compare-h100-2026-12-06-f", "slow_fused_in_l2", 10),
-    ("compare-h100-2026-12-06-f", "slow_fused_8_blocks", 26), ("compare-h100-2026-12-06-f", "scatter_fused_12", 60),
-    ("compare-h100-2026-12-06-f", "comment_only", 0)])
-def test_the_live_h100_compares_give_their_verdict_again(box, branch, regressions):
-    """The compares two fresh H100 boxes judged live by the H100's changed-work model (docs/aa, the boxes
-    it did not learn from): judged again here, each plant fails on fused cells whose work changed and on
-    nothing else, as many as the box said; the comment-only branch counts nothing and passes."""
-    from relu2.judge.gate import gate_compare
-
-    report = gate_compare(ROOT / "docs" / "aa" / box / f"h100-main_planted_{branch}")
-    assert (report.exit_code, len(report.regressions)) == (1 if regressions else 0, regressions)
-    assert all(dict(r.params)["impl"] == "fused" and r.work for r in report.regressions)
-    assert report.noise["work_changed"] == report.noise["gated"] == (60 if regressions else 0)
-    assert not report.undecided
