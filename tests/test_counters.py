@@ -455,3 +455,36 @@ def test_the_live_compares_give_their_verdict_again(folder, exit_code, regressio
     assert (report.noise["gated"], report.noise["work_changed"]) == (gated, 60 if did_other_work else 0)
     assert any(n.startswith(f"work counted for the {differs} cells whose kernel differs: {did_other_work} did other work")
                for n in report.notes())
+
+
+def test_a_resumed_compare_keeps_the_work_its_earlier_run_counted(tmp_path, monkeypatch):
+    """A compare stopped after counting and resumed on the same box keeps DIR/work.json (the same commits'
+    exact counts), without a second ncu pass; one that counted other cells, or none, counts again."""
+    from relu2.records.compare_folder import read_work, write_work
+    from relu2.runs import compare
+
+    base, planted = read_report(DATA / "box-a" / "aa-1"), read_report(DATA / "box-a" / "slow-fused-5-blocks")
+    fused = sorted((c for c in planted.works if c.impl == "fused"), key=lambda c: c.name("hot"))
+    keep = lambda counted, cells: type(counted)({c: counted.works[c] for c in cells})  # noqa: E731
+    kernels = {"base": {c: "k0" for c in fused}, "head": {c: "k1" for c in fused}}
+    monkeypatch.setattr(compare, "kernels_of", lambda paths: kernels[paths[0]])
+    monkeypatch.setattr(counters, "unavailable", lambda device: "")
+    counted = []
+    monkeypatch.setattr(counters, "count", lambda cells, **kw: counted.append(list(cells)) or keep(planted, cells))
+    sides = [compare.Side(name, name, tmp_path) for name in ("base", "head")]
+    ruler = compare.Ruler(tmp_path, tmp_path)
+    done = compare.Measured(*sides, [], {"base": ["base"], "head": ["head"]}, {})
+    said: list[str] = []
+
+    folder = tmp_path / "c"
+    folder.mkdir()
+    write_work(folder, "", keep(base, fused), keep(planted, fused))
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    assert counted == [] and said == ["relu2 compare: work of the 30 cells whose kernel differs kept from the earlier run"]
+    assert sum(1 for c in fused if read_work(folder).change(c)) == 30
+
+    write_work(folder, "", keep(base, fused[:3]), keep(planted, fused[:3]))  # another compare's cells
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    write_work(folder, "not counted: ncu refused")
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    assert counted == [fused, fused, fused, fused]  # both sides, twice

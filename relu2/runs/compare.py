@@ -64,8 +64,8 @@ from relu2.measure import counters, rounds, timing
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS, merge
 from relu2.records.asv_names import timed_cell
-from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, check_resumable, folder_of,
-                                          incomplete, write_info, write_work)
+from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, WORK_FILE, check_resumable,
+                                          folder_of, incomplete, read_work, write_info, write_work)
 from relu2.runs import asv_run
 from relu2.runs.asv_run import (ENV_INSTRUMENT, atomic_asv_writes, check_suite_environment, declared_implementations,
                                 instrument)
@@ -359,11 +359,13 @@ def kernels_of(paths: Sequence[Path]) -> dict:
 
 
 def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Measured", device: str, folder: Path,
-                       say: Say = _stderr) -> None:
+                       say: Say = _stderr, resumed: bool = False) -> None:
     """The work counters (``relu2.measure.counters``) of the cells whose kernel differs between the sides,
     counted once per side, not per round (they are exact), into DIR/work.json; where they cannot be
     counted (no CUDA, no ncu, ncu refused), why, in the same file.  A cell whose kernel is the same on
-    both sides did the same work: it is not counted (docs/methodology.md, "Work counters")."""
+    both sides did the same work: it is not counted (docs/methodology.md, "Work counters").  ``resumed``:
+    the work.json an earlier run of this compare counted for these very cells is kept (the same commits
+    on the same box: exact counts would come out the same), not counted again."""
     why = counters.unavailable(device)
     if why:
         write_work(folder, why)
@@ -372,6 +374,9 @@ def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Mea
     changed = sorted((c for c in base if c in head and base[c] != head[c]), key=lambda c: c.name("hot"))
     if not changed:  # every kernel the same: every cell did the same work, nothing to count
         write_work(folder, "", counters.Counted(), counters.Counted())
+        return
+    if resumed and _counted_before(folder, changed):
+        say(f"relu2 compare: work of the {len(changed)} cells whose kernel differs kept from the earlier run")
         return
     began = time.perf_counter()
     try:
@@ -382,6 +387,17 @@ def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Mea
     write_work(folder, "", *sides)
     say(f"relu2 compare: work counted for the {len(changed)} cells whose kernel differs, in "
         f"{time.perf_counter() - began:.0f} s")
+
+
+def _counted_before(folder: Path, cells: Sequence[Cell]) -> bool:
+    """Whether DIR/work.json holds both sides' counts of exactly ``cells`` (not a reason none were)."""
+    if not (folder / WORK_FILE).exists():
+        return False
+    try:
+        kept = read_work(folder)
+    except ResultsError:  # a torn or foreign file: count again
+        return False
+    return not kept.why and set(kept.base) == set(kept.head) == set(cells)
 
 
 def record_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, done: Measured, folder: Path, machine: str,
@@ -620,7 +636,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             (folder / ROUNDS_DIR).mkdir(parents=True, exist_ok=True)
             write_info(folder, info)
             done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say, keep=folder / ROUNDS_DIR)
-            count_changed_work(b, h, r, scratch, done, device, folder, say)
+            count_changed_work(b, h, r, scratch, done, device, folder, say, resumed=earlier is not None)
 
             dates = {s.name: git.commit_time(root, s.commit) * 1000 for s in (b, h)}
             info["gpu"] = record_sides(b, h, r, scratch, done, folder, machine, dates)
