@@ -137,7 +137,10 @@ def test_the_budget_line_names_the_rule_that_judged(tmp_path):
 
 def test_the_cli_renders_a_compare_and_refuses_mixed_arguments(tmp_path, capsys):
     folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3)
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     assert cli.main(["gate", "--compare", str(folder), "--format", "json"]) == 1
+    # Judging again reads: a committed compare (docs/aa) is judged in place, its box's report kept.
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
     data = json.loads(capsys.readouterr().out)
     assert data["paired"] is True and data["regressions"][0]["label"] == fx.PLANTED_LABEL
     assert cli.main(["gate", "a", "b", "--compare", str(folder)]) == 2
