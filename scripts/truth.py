@@ -1,11 +1,13 @@
 """How much slower a planted kernel truly is, timed apart from relu2 compare, and what a compare caught.
 
-    python scripts/truth.py TRUTH_DIR [--report COMPARE_DIR/report.json ...] [--gpu H200]
+    python scripts/truth.py TRUTH_DIR... [--report COMPARE_DIR/report.json ...] [--gpu H200]
 
 TRUTH_DIR holds the sweeps ``scripts/h200.sh truth=PATCH`` makes on one box: ``main-I/sweep.csv`` and
 ``planted-I/sweep.csv`` for I = 1..N, fused built from csrc/ and from csrc/ with the patch applied
-(``RELU2_CSRC_DIR``), one process each, alternating (main, planted, main, ...).  A cell's true ratio is
-the median over I of planted-I / main-I (each a sweep's median); its spread is the smallest and largest.
+(``RELU2_CSRC_DIR``), one process each, alternating (main, planted, main, ...).  A pair is planted-I /
+main-I of one folder (each a sweep's median): the two sides of a ratio always share a box.  A cell's true
+ratio is the median over the pairs of every TRUTH_DIR given (several boxes' truths of one plant pooled:
+one pair alone is loose in the L2); its spread is the smallest and largest.
 
 With ``--report``: each compare's fused cells whose true ratio reaches their band's ``matters`` (the
 smallest slowdown the verdict must tell: 1.05x in the L2, 1.03x beyond), and how many of them FAILed;
@@ -42,10 +44,15 @@ def sides(folder: Path) -> dict[str, list[dict[Key, float]]]:
     return out
 
 
-def true_ratios(got: dict[str, list[dict[Key, float]]]) -> dict[Key, tuple[float, float, float]]:
-    """(median, smallest, largest) over pairs of planted / main (``sides``), per cell both sides have in
-    every pair; {} without a pair."""
-    pairs = list(zip(got["main"], got["planted"]))
+def pairs_of(folder: Path) -> list[tuple[dict[Key, float], dict[Key, float]]]:
+    """A truth folder's pairs of sweeps: (main-I, planted-I) medians (``sides``)."""
+    got = sides(folder)
+    return list(zip(got["main"], got["planted"]))
+
+
+def true_ratios(pairs: list[tuple[dict[Key, float], dict[Key, float]]]) -> dict[Key, tuple[float, float, float]]:
+    """(median, smallest, largest) over ``pairs`` (``pairs_of``) of planted / main, per cell both sides
+    have in every pair; {} without a pair."""
     if not pairs:
         return {}
     keys = set.intersection(*(set(m) & set(p) for m, p in pairs))
@@ -58,25 +65,31 @@ def true_ratios(got: dict[str, list[dict[Key, float]]]) -> dict[Key, tuple[float
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("truth", type=Path)
+    parser.add_argument("truth", type=Path, nargs="+", help="truth folders of one plant (one a box), pooled")
     parser.add_argument("--report", type=Path, action="append", default=[], help="a compare's report.json")
     parser.add_argument("--gpu", default="H200", help="whose L2 sets the bands (default H200)")
     args = parser.parse_args(argv)
     l2 = l2_of({"gpu": args.gpu})
     if l2 is None:
         parser.error(f"no known L2 for {args.gpu}")
-    if not args.truth.is_dir():
-        parser.error(f"{args.truth}: no such folder")
-    got = sides(args.truth)
-    truth = true_ratios(got)
+    pairs = []
+    for folder in args.truth:
+        if not folder.is_dir():
+            parser.error(f"{folder}: no such folder")
+        found = pairs_of(folder)
+        if not found:
+            parser.error(f"{folder}: no pair of main-I/sweep.csv and planted-I/sweep.csv with fused figures")
+        pairs += found
+    truth = true_ratios(pairs)
     if not truth:
-        parser.error(f"{args.truth}: no pair of main-I/sweep.csv and planted-I/sweep.csv with fused figures")
+        parser.error("the truth folders share no fused cell")
     try:
         reports = [(path, json.loads(path.read_text())) for path in args.report]
     except (OSError, ValueError) as e:
         parser.error(f"a --report is not readable JSON: {e}")
     band = lambda k: band_of(bytes_moved(k[1], k[0]), l2).name  # noqa: E731
-    print(f"fused, planted / main: median over {min(len(got['main']), len(got['planted']))} pairs of sweeps (smallest-largest)")
+    print(f"fused, planted / main: median over {len(pairs)} pairs of sweeps of {len(args.truth)} "
+          f"folder{'s' * (len(args.truth) > 1)} (smallest-largest)")
     print(f"{'mode':<6}{'dtype':<10}{'numel':>11}  {'band':<9}{'true ratio':>28}")
     for k in sorted(truth, key=lambda k: (k[2], k[0], k[1])):
         med, lo, hi = truth[k]

@@ -402,9 +402,11 @@ def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(
                     for d, n, mode in cells]
             (tmp_path / f"{side}-{i}").mkdir()
             write_csv(rows, tmp_path / f"{side}-{i}" / "sweep.csv")
-    ratios = truth.true_ratios(truth.sides(tmp_path))
+    ratios = truth.true_ratios(truth.pairs_of(tmp_path))
     assert ratios[("bfloat16", 2**10, "hot")] == pytest.approx((1.08, 1.00, 1.10))
     assert ratios[("float32", 2**28, "cold")] == pytest.approx((1.04, 1.02, 1.05))
+    pooled = truth.true_ratios(truth.pairs_of(tmp_path) + truth.pairs_of(tmp_path)[1:2])  # another box's pair: 1.00x
+    assert pooled[("bfloat16", 2**10, "hot")] == pytest.approx((1.04, 1.00, 1.10))  # the median of four
     fail = lambda impl, dtype, numel, mode: {"benchmark": f"bench_relu2.Grid.track_{mode}",  # noqa: E731
                                              "params": {"impl": impl, "dtype": dtype, "numel": str(numel)}}
     report = tmp_path / "report.json"
