@@ -72,24 +72,27 @@ def main(argv: list[str] | None = None) -> int:
     l2 = l2_of({"gpu": args.gpu})
     if l2 is None:
         parser.error(f"no known L2 for {args.gpu}")
+    folders = list(dict.fromkeys(f.resolve() for f in args.truth))  # a folder named twice is pooled once
     pairs = []
-    for folder in args.truth:
+    for folder in folders:
         if not folder.is_dir():
             parser.error(f"{folder}: no such folder")
         found = pairs_of(folder)
-        if not found:
+        if not true_ratios(found):
             parser.error(f"{folder}: no pair of main-I/sweep.csv and planted-I/sweep.csv with fused figures")
         pairs += found
     truth = true_ratios(pairs)
     if not truth:
         parser.error("the truth folders share no fused cell")
+    every = set().union(*(set(m) | set(p) for m, p in pairs))
     try:
         reports = [(path, json.loads(path.read_text())) for path in args.report]
     except (OSError, ValueError) as e:
         parser.error(f"a --report is not readable JSON: {e}")
     band = lambda k: band_of(bytes_moved(k[1], k[0]), l2).name  # noqa: E731
-    print(f"fused, planted / main: median over {len(pairs)} pairs of sweeps of {len(args.truth)} "
-          f"folder{'s' * (len(args.truth) > 1)} (smallest-largest)")
+    print(f"fused, planted / main: median over {len(pairs)} pairs of sweeps of {len(folders)} "
+          f"folder{'s' * (len(folders) > 1)} (smallest-largest)"
+          + (f"; {len(every - set(truth))} cells left out, not in every pair" if every - set(truth) else ""))
     print(f"{'mode':<6}{'dtype':<10}{'numel':>11}  {'band':<9}{'true ratio':>28}")
     for k in sorted(truth, key=lambda k: (k[2], k[0], k[1])):
         med, lo, hi = truth[k]

@@ -417,6 +417,18 @@ def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(
     assert re.search(r"^all +3 +1  \(33%\)$", out, re.M)  # 1.08x in the L2, 1.04x twice beyond it; one FAILed
     assert "FAIL of other implementations: 1\n  ('eager', 'float16', 1048576, 'cold')" in out
 
+    other = tmp_path / "box-2"  # a second box's truth, one pair: 2^10 hot not slowed there
+    for side, ratio in (("main", 1.0), ("planted", 1.0)):
+        (other / f"{side}-1").mkdir(parents=True)
+        write_csv([make_row(machine="m", commit="c", date="d", impl="fused", dtype="bfloat16", numel=2**10,
+                            shape=str(2**10), mode="hot", status="ok", median_s=1e-6 * ratio)], other / f"{side}-1" / "sweep.csv")
+    assert truth.main([str(tmp_path), str(other), str(tmp_path), "--report", str(report)]) == 0
+    out = capsys.readouterr().out
+    assert "median over 4 pairs of sweeps of 2 folders (smallest-largest); 2 cells left out, not in every pair" in out
+    assert re.search(r"^hot +bfloat16 +1024 +in L2 +1.0400  \(1.0000-1.1000\)$", out, re.M)
+    with pytest.raises(SystemExit):
+        truth.main([str(tmp_path), str(tmp_path / "report.json")])  # a file, not a truth folder
+
 
 # Every compare judged live with counters and added rounds, as the box said: (folder under docs/aa, exit
 # status, regressions, UNDECIDED, gated cells, fused cells whose kernel differs (counted), of them those
@@ -467,6 +479,7 @@ def test_a_resumed_compare_keeps_the_work_its_earlier_run_counted(tmp_path, monk
 
     base, planted = read_report(DATA / "box-a" / "aa-1"), read_report(DATA / "box-a" / "slow-fused-5-blocks")
     fused = sorted((c for c in planted.works if c.impl == "fused"), key=lambda c: c.name("hot"))
+    extra = [next(c for c in planted.works if c.impl != "fused" and planted.works[c] and base.works.get(c))]
     keep = lambda counted, cells: type(counted)({c: counted.works[c] for c in cells})  # noqa: E731
     kernels = {"base": {c: "k0" for c in fused}, "head": {c: "k1" for c in fused}}
     monkeypatch.setattr(compare, "kernels_of", lambda paths: kernels[paths[0]])
@@ -487,6 +500,10 @@ def test_a_resumed_compare_keeps_the_work_its_earlier_run_counted(tmp_path, monk
 
     write_work(folder, "", keep(base, fused[:3]), keep(planted, fused[:3]))  # another compare's cells
     compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    write_work(folder, "", keep(base, fused + extra), keep(planted, fused + extra))  # more cells than changed
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
     write_work(folder, "not counted: ncu refused")
     compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
-    assert counted == [fused, fused, fused, fused]  # both sides, twice
+    (folder / "work.json").write_text("{")  # not a record of work
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    assert counted == [fused] * 8  # both sides, four times

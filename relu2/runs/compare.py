@@ -390,14 +390,14 @@ def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Mea
 
 
 def _counted_before(folder: Path, cells: Sequence[Cell]) -> bool:
-    """Whether DIR/work.json holds both sides' counts of exactly ``cells`` (not a reason none were)."""
+    """Whether DIR/work.json holds both sides' counts of exactly ``cells`` (a reason none were holds none)."""
     if not (folder / WORK_FILE).exists():
         return False
     try:
         kept = read_work(folder)
-    except ResultsError:  # a torn or foreign file: count again
+    except ResultsError:  # a foreign file: count again
         return False
-    return not kept.why and set(kept.base) == set(kept.head) == set(cells)
+    return set(kept.base) == set(kept.head) == set(cells)
 
 
 def record_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, done: Measured, folder: Path, machine: str,
