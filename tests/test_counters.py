@@ -149,6 +149,11 @@ def test_the_exact_counters_are_the_same_on_an_h100_as_on_the_h200(capsys, tmp_p
     assert "box names repeat" in capsys.readouterr().err
 
 
+def _only(counted: counters.Counted, cells) -> counters.Counted:
+    """The counts of ``cells`` alone: what relu2 compare counts (the cells whose kernel differs)."""
+    return type(counted)({c: counted.works[c] for c in cells})
+
+
 def test_a_compare_reports_the_exact_work_change_beside_each_changed_kernel(tmp_path):
     """gate --compare reads DIR/work.json (relu2 compare writes it on CUDA: the cells whose kernel
     differs, counted once per side) and names each counted cell's change beside its kernel."""
@@ -161,8 +166,7 @@ def test_a_compare_reports_the_exact_work_change_beside_each_changed_kernel(tmp_
     folder = make_compare(tmp_path / "c", fx.COMMIT_3, fx.COMMIT_3, head_scale=[((fx.PLANTED_BENCH, fx.PLANTED_PARAMS), 1.5)])
     base, planted = read_report(DATA / "box-a" / "aa-1"), read_report(DATA / "box-a" / "slow-fused-5-blocks")
     fused = [c for c in planted.works if c.impl == "fused"]
-    keep = lambda counted: type(counted)({c: counted.works[c] for c in fused})  # noqa: E731
-    write_work(folder, "", keep(base), keep(planted))
+    write_work(folder, "", _only(base, fused), _only(planted, fused))
     report = gate_compare(folder)
     assert any("work counted for the 30 cells whose kernel differs: 30 did other work (fused)" in n for n in report.notes())
     flagged = next(c for c in report.regressions if c.label == fx.PLANTED_LABEL)
@@ -480,12 +484,11 @@ def test_a_resumed_compare_keeps_the_work_its_earlier_run_counted(tmp_path, monk
     base, planted = read_report(DATA / "box-a" / "aa-1"), read_report(DATA / "box-a" / "slow-fused-5-blocks")
     fused = sorted((c for c in planted.works if c.impl == "fused"), key=lambda c: c.name("hot"))
     extra = [next(c for c in planted.works if c.impl != "fused" and planted.works[c] and base.works.get(c))]
-    keep = lambda counted, cells: type(counted)({c: counted.works[c] for c in cells})  # noqa: E731
     kernels = {"base": {c: "k0" for c in fused}, "head": {c: "k1" for c in fused}}
     monkeypatch.setattr(compare, "kernels_of", lambda paths: kernels[paths[0]])
     monkeypatch.setattr(counters, "unavailable", lambda device: "")
     counted = []
-    monkeypatch.setattr(counters, "count", lambda cells, **kw: counted.append(list(cells)) or keep(planted, cells))
+    monkeypatch.setattr(counters, "count", lambda cells, **kw: counted.append(list(cells)) or _only(planted, cells))
     sides = [compare.Side(name, name, tmp_path) for name in ("base", "head")]
     ruler = compare.Ruler(tmp_path, tmp_path)
     done = compare.Measured(*sides, [], {"base": ["base"], "head": ["head"]}, {})
@@ -493,17 +496,17 @@ def test_a_resumed_compare_keeps_the_work_its_earlier_run_counted(tmp_path, monk
 
     folder = tmp_path / "c"
     folder.mkdir()
-    write_work(folder, "", keep(base, fused), keep(planted, fused))
-    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    write_work(folder, "", _only(base, fused), _only(planted, fused))
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append)
     assert counted == [] and said == ["relu2 compare: work of the 30 cells whose kernel differs kept from the earlier run"]
     assert sum(1 for c in fused if read_work(folder).change(c)) == 30
 
-    write_work(folder, "", keep(base, fused[:3]), keep(planted, fused[:3]))  # another compare's cells
-    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
-    write_work(folder, "", keep(base, fused + extra), keep(planted, fused + extra))  # more cells than changed
-    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    write_work(folder, "", _only(base, fused[:3]), _only(planted, fused[:3]))  # another compare's cells
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append)
+    write_work(folder, "", _only(base, fused + extra), _only(planted, fused + extra))  # more cells than changed
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append)
     write_work(folder, "not counted: ncu refused")
-    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append)
     (folder / "work.json").write_text("{")  # not a record of work
-    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append, resumed=True)
+    compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append)
     assert counted == [fused] * 8  # both sides, four times

@@ -64,8 +64,8 @@ from relu2.measure import counters, rounds, timing
 from relu2.measure.isolation import timeout_from_env
 from relu2.measure.rounds import ENV_CACHES, ENV_ROUNDS, merge
 from relu2.records.asv_names import timed_cell
-from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, WORK_FILE, check_resumable,
-                                          folder_of, incomplete, read_work, write_info, write_work)
+from relu2.records.compare_folder import (FORMAT, REPORT_FORMATS, ROUNDS_DIR, SIDE_NAMES, check_resumable, folder_of,
+                                          incomplete, read_work, write_info, write_work)
 from relu2.runs import asv_run
 from relu2.runs.asv_run import (ENV_INSTRUMENT, atomic_asv_writes, check_suite_environment, declared_implementations,
                                 instrument)
@@ -359,13 +359,14 @@ def kernels_of(paths: Sequence[Path]) -> dict:
 
 
 def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Measured", device: str, folder: Path,
-                       say: Say = _stderr, resumed: bool = False) -> None:
+                       say: Say = _stderr) -> None:
     """The work counters (``relu2.measure.counters``) of the cells whose kernel differs between the sides,
     counted once per side, not per round (they are exact), into DIR/work.json; where they cannot be
     counted (no CUDA, no ncu, ncu refused), why, in the same file.  A cell whose kernel is the same on
-    both sides did the same work: it is not counted (docs/methodology.md, "Work counters").  ``resumed``:
-    the work.json an earlier run of this compare counted for these very cells is kept (the same commits
-    on the same box: exact counts would come out the same), not counted again."""
+    both sides did the same work: it is not counted (docs/methodology.md, "Work counters").  The
+    work.json an earlier run of this compare counted for these very cells is kept, not counted again (only
+    a resumed compare's folder can hold one, a new one starts empty; the same commits on the same box:
+    exact counts would come out the same)."""
     why = counters.unavailable(device)
     if why:
         write_work(folder, why)
@@ -375,7 +376,7 @@ def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Mea
     if not changed:  # every kernel the same: every cell did the same work, nothing to count
         write_work(folder, "", counters.Counted(), counters.Counted())
         return
-    if resumed and _counted_before(folder, changed):
+    if _counted_before(folder, changed):
         say(f"relu2 compare: work of the {len(changed)} cells whose kernel differs kept from the earlier run")
         return
     began = time.perf_counter()
@@ -390,9 +391,8 @@ def count_changed_work(b: Side, h: Side, ruler: Ruler, scratch: Path, done: "Mea
 
 
 def _counted_before(folder: Path, cells: Sequence[Cell]) -> bool:
-    """Whether DIR/work.json holds both sides' counts of exactly ``cells`` (a reason none were holds none)."""
-    if not (folder / WORK_FILE).exists():
-        return False
+    """Whether DIR/work.json holds both sides' counts of exactly ``cells`` (no file, or a reason none were
+    counted, holds none)."""
     try:
         kept = read_work(folder)
     except ResultsError:  # a foreign file: count again
@@ -636,7 +636,7 @@ def measure(base: str, head: str, out: str | os.PathLike, *, repo: str | os.Path
             (folder / ROUNDS_DIR).mkdir(parents=True, exist_ok=True)
             write_info(folder, info)
             done = measure_sides(b, h, r, scratch, rounds, device, cells=cells, say=say, keep=folder / ROUNDS_DIR)
-            count_changed_work(b, h, r, scratch, done, device, folder, say, resumed=earlier is not None)
+            count_changed_work(b, h, r, scratch, done, device, folder, say)
 
             dates = {s.name: git.commit_time(root, s.commit) * 1000 for s in (b, h)}
             info["gpu"] = record_sides(b, h, r, scratch, done, folder, machine, dates)
