@@ -33,20 +33,15 @@ from relu2.vocab.schema import BAND_NAMES, band_named, band_of, bytes_moved, l2_
 Key = tuple[str, int, str]  # dtype, numel, mode
 
 
-def sides(folder: Path) -> dict[str, list[dict[Key, float]]]:
-    """Per side (main, planted): each process's fused medians by (dtype, numel, mode)."""
+def pairs_of(folder: Path) -> list[tuple[dict[Key, float], dict[Key, float]]]:
+    """A truth folder's pairs of sweeps (main-I, planted-I): each process's fused medians by (dtype, numel,
+    mode)."""
     runs = sorted((m[1], int(m[2]), d / "sweep.csv") for d in folder.iterdir()
                   if (m := re.fullmatch(r"(main|planted)-(\d+)", d.name)) and (d / "sweep.csv").exists())
-    out: dict[str, list[dict[Key, float]]] = defaultdict(list)
+    got: dict[str, list[dict[Key, float]]] = defaultdict(list)
     for side, _, csv in runs:
-        out[side].append({(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(csv)
+        got[side].append({(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(csv)
                           if r.impl == "fused" and r.status == "ok" and r.mode in GATED_MODES})
-    return out
-
-
-def pairs_of(folder: Path) -> list[tuple[dict[Key, float], dict[Key, float]]]:
-    """A truth folder's pairs of sweeps: (main-I, planted-I) medians (``sides``)."""
-    got = sides(folder)
     return list(zip(got["main"], got["planted"]))
 
 
