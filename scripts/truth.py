@@ -61,7 +61,8 @@ def true_ratios(pairs: list[tuple[dict[Key, float], dict[Key, float]]]) -> dict[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("truth", type=Path, nargs="+", help="truth folders of one plant (one a box), pooled")
-    parser.add_argument("--report", type=Path, action="append", default=[], help="a compare's report.json")
+    parser.add_argument("--report", type=Path, nargs="+", action="extend", default=[],
+                        help="compares' report.json, each scored against the pooled truth")
     parser.add_argument("--gpu", default="H200", help="whose L2 sets the bands (default H200)")
     args = parser.parse_args(argv)
     l2 = l2_of({"gpu": args.gpu})

@@ -426,8 +426,9 @@ def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(
         (other / f"{side}-1").mkdir(parents=True)
         write_csv([make_row(machine="m", commit="c", date="d", impl="fused", dtype="bfloat16", numel=2**10,
                             shape=str(2**10), mode="hot", status="ok", median_s=1e-6 * ratio)], other / f"{side}-1" / "sweep.csv")
-    assert truth.main([str(tmp_path), str(other), str(tmp_path), "--report", str(report)]) == 0
+    assert truth.main([str(tmp_path), str(other), str(tmp_path), "--report", str(report), str(report)]) == 0
     out = capsys.readouterr().out
+    assert out.count(f"{report}: exit 1, verdict fail") == 2  # --report A B, as a shell's {e,f} writes it
     assert "median over 4 pairs of sweeps of 2 folders (smallest-largest); 2 cells left out, not in every pair" in out
     assert re.search(r"^hot +bfloat16 +1024 +in L2 +1.0400  \(1.0000-1.1000\)$", out, re.M)
     with pytest.raises(SystemExit):
