@@ -344,7 +344,7 @@ done
 if [ -d "/tmp/relu2-repo/$RESULTS" ]; then
   (cd /tmp/relu2-repo && python3 -m asv publish --config "asv.$MACHINE.json" >/dev/null 2>&1 &&
    echo "asv publish: ok" | tee -a "$LOG/summary.txt")
-  relu2_with_asv export "/tmp/relu2-repo/$RESULTS" --out "$OUT/export.csv"
+  relu2_with_asv export "/tmp/relu2-repo/$RESULTS" --out "$OUT/export.csv" --force  # a later run in one call exports again
 fi
 tar -C "$OUT" -czf "$OUT/logs.tgz" logs $(cd "$OUT" && ls -d sweep* 2>/dev/null)
 step summary
