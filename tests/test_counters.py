@@ -442,6 +442,9 @@ LIVE_COMPARES = [
     ("compare-h200-2026-12-05/h200-main_planted_slow_fused_5_blocks", 1, 23, 9, 244, 30, 30),
     ("compare-h200-2026-12-05/h200-main_planted_slow_fused_in_l2", 1, 9, 7, 244, 30, 30),
     ("compare-h200-2026-12-05/h200-main_planted_comment_only", 0, 0, 0, 244, 30, 0),
+    ("compare-h200-2026-12-06/h200-main_planted_slow_fused_5_blocks", 1, 23, 7, 244, 30, 30),
+    ("compare-h200-2026-12-06/h200-main_planted_slow_fused_in_l2", 1, 9, 8, 244, 30, 30),
+    ("compare-h200-2026-12-06/h200-main_planted_comment_only", 0, 0, 0, 244, 0, 0),
     ("compare-h100-2026-12-06-e/h100-main_planted_slow_fused_in_l2", 1, 9, 0, 60, 30, 30),
     ("compare-h100-2026-12-06-e/h100-main_planted_slow_fused_5_blocks", 1, 22, 0, 60, 30, 30),
     ("compare-h100-2026-12-06-e/h100-main_planted_comment_only", 0, 0, 0, 0, 0, 0),
@@ -462,7 +465,7 @@ LIVE_COMPARES = [
                          LIVE_COMPARES)
 def test_the_live_compares_give_their_verdict_again(folder, exit_code, regressions, undecided, gated, differs,
                                                     did_other_work):
-    """The compares relu2 compare made and judged on the box, with counters and added rounds (one H200 box,
+    """The compares relu2 compare made and judged on the box, with counters and added rounds (two H200 boxes,
     four H100 boxes the H100's changed-work model did not learn from): judged again here, each plant fails
     on fused alone (its cells whose work changed, or its summary figure, Implementations.track_fused),
     as many as the box said, each of its 60 changed cells (hot, cold) counted; the comment-only branch
