@@ -47,7 +47,9 @@
 # `bash ../shared/tools/gpu-box-wheels.sh .whl virtualenv pytest-xdist`: pytest-xdist for the addopts of pyproject.toml) and .whl/repo.bundle, a git bundle of the
 # repository (`git bundle create .whl/repo.bundle --all`; asv checks commits out of it).
 # What travels (the tracked tree, docs/aa's data included, and .whl) must stay under the device tool's
-# 64 MiB: only asv= steps need the virtualenv and pip wheels; leave them out of .whl otherwise.
+# 64 MiB: only asv= steps need the virtualenv and pip wheels; leave them out of .whl otherwise. Nothing
+# here reads docs/img or docs/aa's compare-* folders (only its patches): when the tree passes 64 MiB,
+# remove them from the working tree for the call and `git checkout -- docs` after it.
 # The box's own python3 (/opt/torch/.venv) has torch, triton, matplotlib, tqdm, pytest and ninja;
 # asv, asv-tachyon and virtualenv go into /tmp/site from .whl/, on its PYTHONPATH, and this checkout's
 # metadata into /tmp/relu2-self (the implementations under test are found through its entry points).
