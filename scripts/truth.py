@@ -34,15 +34,14 @@ Key = tuple[str, int, str]  # dtype, numel, mode
 
 
 def pairs_of(folder: Path) -> list[tuple[dict[Key, float], dict[Key, float]]]:
-    """A truth folder's pairs of sweeps (main-I, planted-I): each process's fused medians by (dtype, numel,
-    mode)."""
-    runs = sorted((m[1], int(m[2]), d / "sweep.csv") for d in folder.iterdir()
-                  if (m := re.fullmatch(r"(main|planted)-(\d+)", d.name)) and (d / "sweep.csv").exists())
-    got: dict[str, list[dict[Key, float]]] = defaultdict(list)
-    for side, _, csv in runs:
-        got[side].append({(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(csv)
-                          if r.impl == "fused" and r.status == "ok" and r.mode in GATED_MODES})
-    return list(zip(got["main"], got["planted"]))
+    """A truth folder's pairs of sweeps, main-I with planted-I (the two processes run back to back; an I
+    with one side only is no pair): each process's fused medians by (dtype, numel, mode)."""
+    got: dict[int, dict[str, dict[Key, float]]] = defaultdict(dict)
+    for d in folder.iterdir():
+        if (m := re.fullmatch(r"(main|planted)-(\d+)", d.name)) and (d / "sweep.csv").exists():
+            got[int(m[2])][m[1]] = {(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(d / "sweep.csv")
+                                    if r.impl == "fused" and r.status == "ok" and r.mode in GATED_MODES}
+    return [(got[i]["main"], got[i]["planted"]) for i in sorted(got) if len(got[i]) == 2]
 
 
 def true_ratios(pairs: list[tuple[dict[Key, float], dict[Key, float]]]) -> dict[Key, tuple[float, float, float]]:

@@ -406,6 +406,9 @@ def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(
                     for d, n, mode in cells]
             (tmp_path / f"{side}-{i}").mkdir()
             write_csv(rows, tmp_path / f"{side}-{i}" / "sweep.csv")
+    (tmp_path / "main-0").mkdir()  # a process whose planted one was lost: no pair, not paired with planted-1
+    write_csv(rows, tmp_path / "main-0" / "sweep.csv")
+    assert len(truth.pairs_of(tmp_path)) == 3
     ratios = truth.true_ratios(truth.pairs_of(tmp_path))
     assert ratios[("bfloat16", 2**10, "hot")] == pytest.approx((1.08, 1.00, 1.10))
     assert ratios[("float32", 2**28, "cold")] == pytest.approx((1.04, 1.02, 1.05))
