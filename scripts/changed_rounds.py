@@ -1,6 +1,6 @@
 """What more rounds do for a cell whose work changed, on recorded A/A compares of one GPU (each box left out).
 
-    python scripts/changed_rounds.py docs/aa/compare-h200-2026-12-02 [MORE FOLDERS] [--share 60]
+    python scripts/changed_rounds.py docs/aa/compare-h200-2026-12-02 [MORE FOLDERS] [--share 60] [--learn-also FOLDER]
 
 The A/A compares one box made, one after another, are read as one compare of 3, 6, 9 ... rounds (the
 first k of them concatenated: real rounds of fresh processes on one box, as relu2 compare adds them).
@@ -10,6 +10,9 @@ cells), measured again while ``relu2.judge.rule.settled`` says it is not settled
 Printed per mode and band: how many such judgments FAIL on identical code (both directions: the
 price of the lower bar when work changed but time did not), and how many FAIL with the head's rounds
 planted slower by the band's ``matters`` (the smallest slowdown it must tell), with the mean rounds used.
+``--learn-also FOLDER``: the compare folders in FOLDER (planted ones too: their cells of unchanged work
+are A/A pairs, as ``relu2 noise learn --same-box`` reads them) teach every held-out model as well; only
+the A/As are replayed.
 The first three columns are each cell at 3 rounds alone, then sequentially at up to all of the box's.
 """
 
@@ -98,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--share", type=int, default=60, help="cells whose work changed (default 60: fused's Grid)")
     parser.add_argument("--plant", type=float, default=None, metavar="RATIO",
                         help="the head planted RATIO slower (default: each band's matters)")
+    parser.add_argument("--learn-also", type=Path, action="append", default=[], metavar="FOLDER",
+                        help="a folder of compare folders whose cells of unchanged work also teach each model")
     args = parser.parse_args(argv)
-    for folder in args.folder:
+    for folder in [*args.folder, *args.learn_also]:
         if not folder.is_dir():
             parser.error(f"{folder}: no such folder")
     if args.plant is not None and not args.plant > 0:
@@ -108,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     aa = [d for d in dirs if (lambda m: m.base == m.head)(read_compare(d))]
     if not aa:
         parser.error(f"no A/A compare folder (base = head) in {', '.join(map(str, args.folder))}")
+    also = [str(d) for folder in args.learn_also for d in sorted(folder.iterdir()) if (d / "compare.json").exists()]
     try:
-        seen, _, fixed = same_box_seen(aa)
+        seen, _, fixed = same_box_seen([*aa, *also])
     except ResultsError as e:  # A/As of several GPUs, say
         parser.error(str(e))
     l2 = fixed["l2_bytes"]
@@ -144,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             row["rounds"] += rounds
     spread_table(by_box, l2)
     print(f"\n{len(aa)} A/A compares on {len(by_box)} boxes ({', '.join(f'{b[:8]}: {len(s)}' for b, s in by_box.items())}); "
-          f"fixed kernels judged as changed work at 1/{args.share} of the budget, each box left out")
+          f"fixed kernels judged as changed work at 1/{args.share} of the budget, each box left out"
+          + (f"; {len(also)} more compares taught each model" if also else ""))
     print(f"{'mode':<6}{'band':<10}{'cells':>6}{'A/A FAIL, 3 rounds':>20}{'planted caught':>16}"
           f"{'A/A FAIL, more':>16}{'planted caught':>16}{'mean rounds':>13}")
     for (mode, band_name), row in sorted(tally.items()):
