@@ -10,10 +10,10 @@ cells), measured again while ``relu2.judge.rule.settled`` says it is not settled
 Printed per mode and band: how many such judgments FAIL on identical code (both directions: the
 price of the lower bar when work changed but time did not), and how many FAIL with the head's rounds
 planted slower by the band's ``matters`` (the smallest slowdown it must tell), with the mean rounds used.
+The first three columns are each cell at 3 rounds alone, then sequentially at up to all of the box's.
 ``--learn-also FOLDER``: the compare folders in FOLDER (planted ones too: their cells of unchanged work
 are A/A pairs, as ``relu2 noise learn --same-box`` reads them) teach every held-out model as well; only
 the A/As are replayed.
-The first three columns are each cell at 3 rounds alone, then sequentially at up to all of the box's.
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no A/A compare folder (base = head) in {', '.join(map(str, args.folder))}")
     also = [str(d) for folder in args.learn_also for d in sorted(folder.iterdir()) if (d / "compare.json").exists()]
     try:
+        learned_at = rounds_of([*aa, *also])  # one round count, as relu2 noise learn asks
         seen, _, fixed = same_box_seen([*aa, *also])
     except ResultsError as e:  # A/As of several GPUs, say
         parser.error(str(e))
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     tally: dict[tuple, Counter] = defaultdict(Counter)
     band = lambda cell: noise.band_of_cell(cell, l2)  # noqa: E731
     for box, sides in sorted(by_box.items()):
-        model = replace(noise.held_out(seen, box, **fixed)[0], rounds=rounds_of(aa))
+        model = replace(noise.held_out(seen, box, **fixed)[0], rounds=learned_at)
         stages = []
         for k in range(1, len(sides) + 1):
             pairs = concatenated(sides, k)
