@@ -95,6 +95,11 @@ def spread_table(by_box: dict, l2: int) -> None:
         print(f"{', '.join(key):<34}" + "".join(f"{c:>28}" for c in cols))
 
 
+def compare_folders(folders: list[Path]) -> list[str]:
+    """The compare folders (DIR/compare.json) in ``folders``, each once."""
+    return list(dict.fromkeys(str(d) for f in folders for d in sorted(f.iterdir()) if (d / "compare.json").exists()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, nargs="+", help="folders of compare folders (every A/A in them is read)")
@@ -109,11 +114,12 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{folder}: no such folder")
     if args.plant is not None and not args.plant > 0:
         parser.error(f"--plant {args.plant}: a ratio must be positive")
-    dirs = [str(d) for folder in args.folder for d in sorted(folder.iterdir()) if (d / "compare.json").exists()]
-    aa = [d for d in dirs if (lambda m: m.base == m.head)(read_compare(d))]
+    aa = [d for d in compare_folders(args.folder) if (lambda m: m.base == m.head)(read_compare(d))]
     if not aa:
         parser.error(f"no A/A compare folder (base = head) in {', '.join(map(str, args.folder))}")
-    also = [str(d) for folder in args.learn_also for d in sorted(folder.iterdir()) if (d / "compare.json").exists()]
+    also = [d for d in compare_folders(args.learn_also) if d not in aa]  # an A/A teaches once
+    if args.learn_also and not also:
+        parser.error(f"--learn-also: no compare folder not already read in {', '.join(map(str, args.learn_also))}")
     try:
         learned_at = rounds_of([*aa, *also])  # one round count, as relu2 noise learn asks
         seen, _, fixed = same_box_seen([*aa, *also])
