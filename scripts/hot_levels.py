@@ -1,0 +1,159 @@
+"""Does a tiny hot figure depend on where its tensors sit?  (a lab probe, one process a run)
+
+    python scripts/hot_levels.py OUT.jsonl           measure in this process, append a line per figure
+    python scripts/hot_levels.py --report OUT.jsonl  the levels, and the address bits that tell them apart
+
+Why: in the paired compares on the H200 (docs/aa/compare-h200-2026-12-06), hot figures at 2^10
+elements take one of two levels per process, about 7.5% apart, each tight to 0.3%: fused bf16 1.06 or
+1.14 us, copy 0.83 or 0.90 us; fp32 sat at the upper one.  The hot-noise probe
+(docs/aa/hot-noise-h200-2026-12-06, method ``fresh_x``) saw the same step in one process: the first
+fresh input read 1.06-1.08 us, every later one 1.13-1.17 us.  So the level follows the input's (or the
+output's) address, which the caching allocator hands out differently from one process to the next.
+
+Here every figure is hot method 3's graph (its length from five calls timed behind a GPU sleep, capped
+at 1000; the median of replays 2..10), of fused (``relu2::relu_squared.out``) and of the copy kernel
+(``bitwise_or(.., out=)``), bf16 and fp32 at 2^10 elements, with both tensors placed by hand in one
+large allocation:
+
+  x      the input at OFFSETS from the allocation's start, the output fixed at OUT_AT
+  out    the output at OFFSETS, the input fixed at 0
+  fresh  the input and output from the caching allocator (torch.randn, the op's own output), as a
+         benchmark gets them: REPEATS of them, all kept alive
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import statistics as st
+import sys
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+NUMEL = 2**10
+DTYPES = ("bfloat16", "float32")
+# Every 512 bytes (the caching allocator's granule) over 64 KiB, then powers of two up to 16 MiB.
+OFFSETS = tuple(range(0, 64 << 10, 512)) + tuple(1 << b for b in range(16, 25))
+OUT_AT = 24 << 20
+POOL_BYTES = 32 << 20
+REPEATS = 16
+REP_MS = 2.0
+CAP = 1000
+LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each level is tight to ~0.3%)
+
+
+def measure(path: str) -> None:
+    import torch
+
+    from relu2.measure.timing import ESTIMATE_SLEEP_CYCLES
+    from relu2.measure.timing import _event_ms as event_ms
+    from relu2_impls.fused import relu_squared  # noqa: F401  (loads the extension: relu2::relu_squared.out)
+
+    run = {"run": uuid.uuid4().hex[:8], "pid": os.getpid(), "gpu": torch.cuda.get_device_name(),
+           "torch": torch.__version__}
+    fused_out = torch.ops.relu2.relu_squared.out
+    ints = {2: torch.int16, 4: torch.int32}
+
+    def kernels(x: torch.Tensor, out: torch.Tensor) -> dict[str, object]:
+        xi, oi = x.view(ints[x.element_size()]), out.view(ints[x.element_size()])
+        return {"fused": lambda: fused_out(x, out=out), "copy": lambda: torch.bitwise_or(xi, 0, out=oi)}
+
+    def figure_ms(call) -> float:
+        call()
+        torch.cuda.synchronize()
+        est = event_ms(lambda: [call() for _ in range(5)], before=lambda: torch.cuda._sleep(ESTIMATE_SLEEP_CYCLES)) / 5
+        n = max(1, min(CAP, math.ceil(REP_MS / est))) if est > 0 else CAP
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(n):
+                call()
+        g.replay()
+        torch.cuda.synchronize()
+        return st.median([event_ms(g.replay) / n for _ in range(10)][1:])
+
+    rows = []
+    with torch.cuda.stream(torch.cuda.Stream()):
+        pool = torch.empty(POOL_BYTES, dtype=torch.uint8, device="cuda")
+        for name in DTYPES:
+            dtype = getattr(torch, name)
+            nbytes = NUMEL * dtype.itemsize
+
+            def at(offset: int) -> torch.Tensor:
+                return pool[offset:offset + nbytes].view(dtype)
+
+            at(0).copy_(torch.randn(NUMEL, device="cuda", dtype=dtype))
+            placed = [("x", at(o), at(OUT_AT)) for o in OFFSETS] + [("out", at(0), at(o)) for o in OFFSETS[1:]]
+            fresh = [torch.randn(NUMEL, device="cuda", dtype=dtype) for _ in range(REPEATS)]
+            placed += [("fresh", x, torch.empty_like(x)) for x in fresh]
+            for exp, x, out in placed:
+                if exp != "fresh":
+                    x.copy_(at(0))
+                for impl, call in kernels(x, out).items():
+                    rows.append({**run, "impl": impl, "dtype": name, "numel": NUMEL, "exp": exp,
+                                 "x": x.data_ptr() - pool.data_ptr() if exp != "fresh" else x.data_ptr(),
+                                 "out": out.data_ptr() - pool.data_ptr() if exp != "fresh" else out.data_ptr(),
+                                 "ms": figure_ms(call)})
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"run {run['run']} (process {run['pid']}, {run['gpu']}): {len(rows)} figures -> {path}")
+
+
+def levels(values: list[float]) -> list[float]:
+    """The lower edge of each level among ``values``: a new level where a sorted value is more than
+    LEVEL_GAP above the one before it."""
+    s = sorted(values)
+    return [s[0]] + [b for a, b in zip(s, s[1:]) if b / a - 1 > LEVEL_GAP]
+
+
+def report(path: str) -> None:
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
+        rows = [json.loads(line) for line in f]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["gpu"], r["impl"], r["dtype"], r["exp"])].append(r)
+    print(f"{len({r['run'] for r in rows})} processes.  Per placement: the levels (us, and how many figures "
+          f"each), then the address bits whose 0 and 1 split the figures most (mean 1 / mean 0 - 1, %)")
+    for (gpu, impl, dtype, exp), got in sorted(groups.items()):
+        ms = [r["ms"] for r in got]
+        edges = levels(ms)
+        counts = [sum(1 for v in ms if lo <= v < hi) for lo, hi in zip(edges, edges[1:] + [math.inf])]
+        lv = ", ".join(f"{1e3 * lo:.3f}+ x{n}" for lo, n in zip(edges, counts))
+        print(f"{gpu} {impl:5} {dtype:8} {exp:5} {len(ms):3} figures; levels {lv}")
+        if exp == "fresh":
+            for r in got:
+                print(f"    x {r['x']:#x} out {r['out']:#x} {1e3 * r['ms']:.3f}")
+            continue
+        varied = "x" if exp == "x" else "out"
+        splits = []
+        for bit in range(7, 25):
+            one = [r["ms"] for r in got if r[varied] >> bit & 1]
+            zero = [r["ms"] for r in got if not r[varied] >> bit & 1]
+            if one and zero:
+                splits.append((st.mean(one) / st.mean(zero) - 1, bit, len(one), len(zero)))
+        top = sorted(splits, key=lambda s: -abs(s[0]))[:4]
+        print("    " + "; ".join(f"bit {b} ({n1}/{n0}): {100 * d:+.1f}%" for d, b, n1, n0 in top))
+        line = "".join("." if r["ms"] < edges[-1] or len(edges) == 1 else "H" for r in got)
+        print(f"    by offset ({varied}, upper level H): {line}")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "--report":
+        if not Path(argv[1]).is_file():
+            print(f"hot_levels: no such file: {argv[1]}", file=sys.stderr)
+            return 2
+        report(argv[1])
+    elif len(argv) == 1 and not argv[0].startswith("-"):
+        measure(argv[0])
+    else:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
