@@ -16,7 +16,7 @@ at 1000; the median of replays 2..10), of fused (``relu2::relu_squared.out``) an
 large allocation:
 
   x      the input at OFFSETS from the allocation's start, the output fixed at OUT_AT
-  out    the output at OFFSETS, the input fixed at 0
+  out    the output at OFFSETS, the input fixed at OUT_AT
   fresh  the input and output from the caching allocator (torch.randn, the op's own output), as a
          benchmark gets them: REPEATS of them, all kept alive
 """
@@ -86,13 +86,13 @@ def measure(path: str) -> None:
             def at(offset: int) -> torch.Tensor:
                 return pool[offset:offset + nbytes].view(dtype)
 
-            at(0).copy_(torch.randn(NUMEL, device="cuda", dtype=dtype))
-            placed = [("x", at(o), at(OUT_AT)) for o in OFFSETS] + [("out", at(0), at(o)) for o in OFFSETS[1:]]
+            src = torch.randn(NUMEL, device="cuda", dtype=dtype)
+            placed = [("x", at(o), at(OUT_AT)) for o in OFFSETS] + [("out", at(OUT_AT), at(o)) for o in OFFSETS]
             fresh = [torch.randn(NUMEL, device="cuda", dtype=dtype) for _ in range(REPEATS)]
             placed += [("fresh", x, torch.empty_like(x)) for x in fresh]
             for exp, x, out in placed:
                 if exp != "fresh":
-                    x.copy_(at(0))
+                    x.copy_(src)
                 for impl, call in kernels(x, out).items():
                     rows.append({**run, "impl": impl, "dtype": name, "numel": NUMEL, "exp": exp,
                                  "x": x.data_ptr() - pool.data_ptr() if exp != "fresh" else x.data_ptr(),
