@@ -2,6 +2,7 @@
 
     python scripts/hot_levels.py OUT.jsonl           measure in this process, append a line per figure
     python scripts/hot_levels.py --report OUT.jsonl  the levels, and the address bits that tell them apart
+    python scripts/hot_levels.py --rounds DIR...     the cells of compare folders whose rounds sit on two levels
 
 Why: in the paired compares on the H200 (docs/aa/compare-h200-2026-12-06), hot figures at 2^10
 elements take one of two levels per process, about 7.5% apart, each tight to 0.3%: fused bf16 1.06 or
@@ -141,8 +142,55 @@ def report(path: str) -> None:
         print(f"    by offset ({varied}, upper level H): {line}")
 
 
+def _level_marks(samples: tuple[float, ...], low: float) -> str:
+    return "".join("H" if v / low - 1 > LEVEL_GAP else "." for v in samples)
+
+
+def rounds(folders: list[str]) -> None:
+    """Per compare folder, its gated cells whose rounds (a side's, one process each) sit on more than one
+    level: each side's rounds in order (H: above the lowest level), and, where both sides have the
+    same two levels, head/base level by level (like with like: what the paired median mixes)."""
+    from relu2.judge.gate import compare_sides
+    from relu2.judge.rule import GATED_MODES
+    from relu2.records.compare_folder import read_compare
+    from relu2.vocab.schema import OK
+
+    tally: dict[tuple, list[int]] = defaultdict(lambda: [0, 0])
+    for folder in folders:
+        meta = read_compare(folder)
+        sides = [{m.cell.identity: m for m in side.measurements
+                  if m.status == OK and m.rounds and m.cell.measure in GATED_MODES} for side in compare_sides(meta)]
+        print(f"{folder} (box {meta.box[:8]}, {meta.rounds} rounds a side, {meta.added_rounds} added)")
+        for key in sorted(set(sides[0]) & set(sides[1]), key=str):
+            base, head = sides[0][key], sides[1][key]
+            p = dict(base.params)
+            group = (base.cell.impl, base.cell.measure, p.get("dtype", ""), p.get("numel", ""))
+            both = [levels(list(m.samples)) for m in (base, head)]
+            tally[group][0] += 1
+            if max(len(b) for b in both) < 2:
+                continue
+            tally[group][1] += 1
+            marks = " | ".join(_level_marks(m.samples, lv[0]) for m, lv in zip((base, head), both))
+            line = f"  {' '.join(group):36} {marks}"
+            if len(both[0]) == len(both[1]) == 2:
+                per = [[st.median([v for v in m.samples if (v / lv[0] - 1 > LEVEL_GAP) == upper]) for upper in (False, True)]
+                       for m, lv in zip((base, head), both)]
+                line += "   like with like: " + ", ".join(f"{h / b:.3f}x" for b, h in zip(*per))
+            print(line)
+    print("cells on two levels, per implementation, mode, dtype and size (of the cells compared):")
+    for group, (n, split) in sorted(tally.items(), key=lambda kv: str(kv[0])):
+        if split:
+            print(f"  {' '.join(group):36} {split} of {n}")
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) == 2 and argv[0] == "--report":
+    if len(argv) >= 2 and argv[0] == "--rounds":
+        missing = [d for d in argv[1:] if not (Path(d) / "compare.json").is_file()]
+        if missing:
+            print(f"hot_levels: not a compare folder: {missing[0]}", file=sys.stderr)
+            return 2
+        rounds(argv[1:])
+    elif len(argv) == 2 and argv[0] == "--report":
         if not Path(argv[1]).is_file():
             print(f"hot_levels: no such file: {argv[1]}", file=sys.stderr)
             return 2
