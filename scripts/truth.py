@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections import defaultdict
@@ -42,6 +43,13 @@ def pairs_of(folder: Path) -> list[tuple[dict[Key, float], dict[Key, float]]]:
             got[int(m[2])][m[1]] = {(r.dtype, r.numel, r.mode): r.median_s for r in read_csv(d / "sweep.csv")
                                     if r.impl == "fused" and r.status == "ok" and r.mode in GATED_MODES}
     return [(got[i]["main"], got[i]["planted"]) for i in sorted(got) if len(got[i]) == 2]
+
+
+def instruments_of(folder: Path) -> list[str]:
+    """The commits whose instrument measured a truth folder's sweeps (the sweep's ``commit`` column),
+    one a sweep: pooling pairs of two instruments (another hot method) mixes their figures."""
+    return [r.commit[:7] for d in sorted(folder.iterdir()) if (d / "sweep.csv").exists()
+            for r in read_csv(d / "sweep.csv")[:1]]
 
 
 def true_ratios(pairs: list[tuple[dict[Key, float], dict[Key, float]]]) -> dict[Key, tuple[float, float, float]]:
@@ -88,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fused, planted / main: median over {len(pairs)} pairs of sweeps of {len(folders)} "
           f"folder{'s' * (len(folders) > 1)} (smallest-largest)"
           + (f"; {len(every - set(truth))} cells left out, not in every pair" if every - set(truth) else ""))
+    made = {os.path.relpath(folder): sorted(set(instruments_of(folder))) for folder in folders}
+    print("measured by " + "; ".join(f"{name}: {', '.join(commits)}" for name, commits in made.items())
+          + ("  (more than one instrument: pooled only if they time alike, docs/tracking.md)"
+             if len({c for commits in made.values() for c in commits}) > 1 else ""))
     print(f"{'mode':<6}{'dtype':<10}{'numel':>11}  {'band':<9}{'true ratio':>28}")
     for k in sorted(truth, key=lambda k: (k[2], k[0], k[1])):
         med, lo, hi = truth[k]

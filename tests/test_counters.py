@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -423,17 +424,19 @@ def test_the_truth_script_takes_the_median_pair_and_scores_a_compare_against_it(
     out = capsys.readouterr().out
     assert re.search(r"^all +3 +1  \(33%\)$", out, re.M)  # 1.08x in the L2, 1.04x twice beyond it; one FAILed
     assert "FAIL of other implementations: 1\n  ('eager', 'float16', 1048576, 'cold')" in out
+    assert f"measured by {os.path.relpath(tmp_path)}: c\n" in out  # one instrument: no warning
 
     other = tmp_path / "box-2"  # a second box's truth, one pair: 2^10 hot not slowed there
     for side, ratio in (("main", 1.0), ("planted", 1.0)):
         (other / f"{side}-1").mkdir(parents=True)
-        write_csv([make_row(machine="m", commit="c", date="d", impl="fused", dtype="bfloat16", numel=2**10,
+        write_csv([make_row(machine="m", commit="c2", date="d", impl="fused", dtype="bfloat16", numel=2**10,
                             shape=str(2**10), mode="hot", status="ok", median_s=1e-6 * ratio)], other / f"{side}-1" / "sweep.csv")
     assert truth.main([str(tmp_path), str(other), str(tmp_path), "--report", str(report), str(report)]) == 0
     out = capsys.readouterr().out
     assert out.count(f"{report}: exit 1, verdict fail") == 2  # --report A B, as a shell's {e,f} writes it
     assert "median over 4 pairs of sweeps of 2 folders (smallest-largest); 2 cells left out, not in every pair" in out
     assert re.search(r"^hot +bfloat16 +1024 +in L2 +1.0400  \(1.0000-1.1000\)$", out, re.M)
+    assert f"{os.path.relpath(other)}: c2  (more than one instrument" in out  # another instrument's pairs pooled
     with pytest.raises(SystemExit):
         truth.main([str(tmp_path), str(tmp_path / "report.json")])  # a file, not a truth folder
 
