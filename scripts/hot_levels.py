@@ -20,6 +20,8 @@ large allocation:
   out    the output at OFFSETS, the input fixed at OUT_AT
   fresh  the input and output from the caching allocator (torch.randn, the op's own output), as a
          benchmark gets them: REPEATS of them, all kept alive
+  rotK   a candidate cure: the graph's calls cycle over K such pairs (K in ROTATIONS), fresh ones for
+         each of ROTATION_REPEATS figures; if the level is the address's, its step shrinks with K
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ POOL_BYTES = 32 << 20
 REPEATS = 16
 REP_MS = 2.0
 CAP = 1000
+ROTATIONS = (1, 4, 16, 64)
+ROTATION_REPEATS = 8
 LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each level is tight to ~0.3%)
 
 
@@ -77,7 +81,7 @@ def measure(path: str) -> None:
         torch.cuda.synchronize()
         return st.median([event_ms(g.replay) / n for _ in range(10)][1:])
 
-    rows = []
+    rows, written = [], 0
     with torch.cuda.stream(torch.cuda.Stream()):
         pool = torch.empty(POOL_BYTES, dtype=torch.uint8, device="cuda")
         for name in DTYPES:
@@ -91,6 +95,22 @@ def measure(path: str) -> None:
             placed = [("x", at(o), at(OUT_AT)) for o in OFFSETS] + [("out", at(OUT_AT), at(o)) for o in OFFSETS]
             fresh = [torch.randn(NUMEL, device="cuda", dtype=dtype) for _ in range(REPEATS)]
             placed += [("fresh", x, torch.empty_like(x)) for x in fresh]
+            kept = []  # every rotation's pairs stay alive: the next repeat's are at new addresses
+            for k in ROTATIONS:
+                for _ in range(ROTATION_REPEATS):
+                    pairs = [(x, torch.empty_like(x)) for x in
+                             (torch.randn(NUMEL, device="cuda", dtype=dtype) for _ in range(k))]
+                    kept += pairs
+                    for impl in ("fused", "copy"):
+                        calls = [kernels(x, out)[impl] for x, out in pairs]
+                        turn = [0]
+
+                        def cycle() -> None:
+                            calls[turn[0]]()
+                            turn[0] = (turn[0] + 1) % len(calls)
+
+                        rows.append({**run, "impl": impl, "dtype": name, "numel": NUMEL, "exp": f"rot{k}",
+                                     "x": pairs[0][0].data_ptr(), "out": pairs[0][1].data_ptr(), "ms": figure_ms(cycle)})
             for exp, x, out in placed:
                 if exp != "fresh":
                     x.copy_(src)
@@ -99,9 +119,11 @@ def measure(path: str) -> None:
                                  "x": x.data_ptr() - pool.data_ptr() if exp != "fresh" else x.data_ptr(),
                                  "out": out.data_ptr() - pool.data_ptr() if exp != "fresh" else out.data_ptr(),
                                  "ms": figure_ms(call)})
-    with open(path, "a") as f:
-        f.write("".join(json.dumps(r) + "\n" for r in rows))
-    print(f"run {run['run']} (process {run['pid']}, {run['gpu']}): {len(rows)} figures -> {path}")
+            with open(path, "a") as f:  # each dtype as it ends: a crash keeps what was measured
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+            written += len(rows)
+            rows = []
+    print(f"run {run['run']} (process {run['pid']}, {run['gpu']}): {written} figures -> {path}")
 
 
 def levels(values: list[float]) -> list[float]:
@@ -125,6 +147,9 @@ def report(path: str) -> None:
         counts = [sum(1 for v in ms if lo <= v < hi) for lo, hi in zip(edges, edges[1:] + [math.inf])]
         lv = ", ".join(f"{1e3 * lo:.3f}+ x{n}" for lo, n in zip(edges, counts))
         print(f"{gpu} {impl:5} {dtype:8} {exp:5} {len(ms):3} figures; levels {lv}")
+        if exp.startswith("rot"):
+            print(f"    sd between figures {100 * st.pstdev(math.log(v) for v in ms):.2f}%")
+            continue
         if exp == "fresh":
             for r in got:
                 print(f"    x {r['x']:#x} out {r['out']:#x} {1e3 * r['ms']:.3f}")
