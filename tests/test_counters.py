@@ -522,3 +522,20 @@ def test_a_resumed_compare_keeps_the_work_its_earlier_run_counted(tmp_path, monk
     (folder / "work.json").write_text("{")  # not a record of work
     compare.count_changed_work(*sides, ruler, tmp_path, done, "cuda", folder, said.append)
     assert counted == [fused] * 8  # both sides, four times
+
+
+def test_hot_levels_reads_the_two_levels_of_recorded_rounds(capsys):
+    """scripts/hot_levels.py --rounds: a level starts where a sorted round is more than 3% above the one
+    before it; head/base is read level by level where both sides show the same two (the H200's in-L2
+    plant, fused hot fp16 2^10, as docs/lab/results.md quotes it)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import hot_levels
+
+    assert hot_levels.levels([1.14, 1.06, 1.141, 1.058]) == [1.058, 1.14]
+    assert hot_levels.levels([1.00, 1.02, 1.04, 1.06]) == [1.00]  # a drift in small steps is one level
+    folder = ROOT / "docs/aa/compare-h200-2026-12-06/h200-main_planted_slow_fused_in_l2"
+    assert hot_levels.main(["--rounds", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  fused hot float16 1024 +\.\.\.HHHHHHHHH \| HH\.HHHHHHHHH   like with like: 1\.045x, 1\.044x$", out, re.M)
+    assert not re.search(r"^  fused hot bfloat16 1024 ", out, re.M)  # one level a side: not listed
+    assert hot_levels.main(["--rounds", str(folder.parent)]) == 2  # not a compare folder
