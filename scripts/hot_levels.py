@@ -12,7 +12,7 @@ fresh input read 1.06-1.08 us, every later one 1.13-1.17 us.  So the level follo
 output's) address, which the caching allocator hands out differently from one process to the next.
 
 Here every figure is hot method 3's graph (its length from five calls timed behind a GPU sleep, capped
-at 1000; the median of replays 2..10), of fused (``relu2::relu_squared.out``) and of the copy kernel
+at 1000; the median of replays 2..10), of fused (``relu_squared(x, out=)``) and of the copy kernel
 (``bitwise_or(.., out=)``), bf16 and fp32 at 2^10 elements, with both tensors placed by hand in one
 large allocation:
 
@@ -57,16 +57,15 @@ def measure(path: str) -> None:
 
     from relu2.measure.timing import ESTIMATE_SLEEP_CYCLES
     from relu2.measure.timing import _event_ms as event_ms
-    from relu2_impls.fused import relu_squared  # noqa: F401  (loads the extension: relu2::relu_squared.out)
+    from relu2_impls.fused import relu_squared  # relu2::relu_squared, out= form (builds on first use)
 
     run = {"run": uuid.uuid4().hex[:8], "pid": os.getpid(), "gpu": torch.cuda.get_device_name(),
            "torch": torch.__version__}
-    fused_out = torch.ops.relu2.relu_squared.out
     ints = {2: torch.int16, 4: torch.int32}
 
     def kernels(x: torch.Tensor, out: torch.Tensor) -> dict[str, object]:
         xi, oi = x.view(ints[x.element_size()]), out.view(ints[x.element_size()])
-        return {"fused": lambda: fused_out(x, out=out), "copy": lambda: torch.bitwise_or(xi, 0, out=oi)}
+        return {"fused": lambda: relu_squared(x, out=out), "copy": lambda: torch.bitwise_or(xi, 0, out=oi)}
 
     def figure_ms(call) -> float:
         call()
