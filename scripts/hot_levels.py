@@ -11,8 +11,8 @@ elements take one of two levels per process, about 7.5% apart, each tight to 0.3
 fresh input read 1.06-1.08 us, every later one 1.13-1.17 us.  So the level follows the input's (or the
 output's) address, which the caching allocator hands out differently from one process to the next.
 
-Here every figure is hot method 3's graph (its length from five calls timed behind a GPU sleep, capped
-at 1000; the median of replays 2..10), of fused (``relu_squared(x, out=)``) and of the copy kernel
+Here every figure is hot method 3's graph (``hot_noise.gpu_n``: its length from five calls timed behind
+a GPU sleep, capped at 1000; ``hot_noise.graph_per_call_ms``: the median of replays 2..10), of fused (``relu_squared(x, out=)``) and of the copy kernel
 (``bitwise_or(.., out=)``), bf16 and fp32 at 2^10 elements, with both tensors placed by hand in one
 large allocation:
 
@@ -45,8 +45,6 @@ OFFSETS = tuple(range(0, 64 << 10, 512)) + tuple(1 << b for b in range(16, 25))
 OUT_AT = 24 << 20
 POOL_BYTES = 32 << 20
 REPEATS = 16
-REP_MS = 2.0
-CAP = 1000
 ROTATIONS = (1, 4, 16, 64)
 ROTATION_REPEATS = 8
 LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each level is tight to ~0.3%)
@@ -55,8 +53,7 @@ LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each
 def measure(path: str) -> None:
     import torch
 
-    from relu2.measure.timing import ESTIMATE_SLEEP_CYCLES
-    from relu2.measure.timing import _event_ms as event_ms
+    from hot_noise import gpu_n, graph_per_call_ms  # hot method 3's graph, as the hot-noise probe times it
     from relu2_impls.fused import relu_squared  # relu2::relu_squared, out= form (builds on first use)
 
     run = {"run": uuid.uuid4().hex[:8], "pid": os.getpid(), "gpu": torch.cuda.get_device_name(),
@@ -70,15 +67,7 @@ def measure(path: str) -> None:
     def figure_ms(call) -> float:
         call()
         torch.cuda.synchronize()
-        est = event_ms(lambda: [call() for _ in range(5)], before=lambda: torch.cuda._sleep(ESTIMATE_SLEEP_CYCLES)) / 5
-        n = max(1, min(CAP, math.ceil(REP_MS / est))) if est > 0 else CAP
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(n):
-                call()
-        g.replay()
-        torch.cuda.synchronize()
-        return st.median([event_ms(g.replay) / n for _ in range(10)][1:])
+        return graph_per_call_ms(call, gpu_n(call))
 
     rows, written = [], 0
     with torch.cuda.stream(torch.cuda.Stream()):
@@ -162,8 +151,7 @@ def report(path: str) -> None:
                 splits.append((st.mean(one) / st.mean(zero) - 1, bit, len(one), len(zero)))
         top = sorted(splits, key=lambda s: -abs(s[0]))[:4]
         print("    " + "; ".join(f"bit {b} ({n1}/{n0}): {100 * d:+.1f}%" for d, b, n1, n0 in top))
-        line = "".join("." if r["ms"] < edges[-1] or len(edges) == 1 else "H" for r in got)
-        print(f"    by offset ({varied}, upper level H): {line}")
+        print(f"    by offset ({varied}, H above the lowest level): {_level_marks(tuple(ms), edges[0])}")
 
 
 def _level_marks(samples: tuple[float, ...], low: float) -> str:

@@ -45,30 +45,39 @@ METHODS = ("dbc", "dbc_sleep", "gpu_est", "fixed", "fresh_x")
 LENGTHS = ("dbc_n", "dbc_sleep_n", "gpu_n")
 
 
+def graph_per_call_ms(call, n: int) -> float:
+    """Per call, a CUDA graph of ``n`` calls: the median of replays 2..10."""
+    import torch
+
+    from relu2.measure.timing import _event_ms as event_ms
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(n):
+            call()
+    g.replay()
+    torch.cuda.synchronize()
+    return st.median([event_ms(g.replay) / n for _ in range(10)][1:])
+
+
+def gpu_n(call) -> int:
+    """Hot method 3's graph length: REP_MS over five calls timed behind a GPU sleep, capped at CAP."""
+    import torch
+
+    from relu2.measure.timing import _event_ms as event_ms
+    est = event_ms(lambda: [call() for _ in range(5)], before=lambda: torch.cuda._sleep(SLEEP_CYCLES)) / 5
+    return max(1, min(CAP, math.ceil(REP_MS / est))) if est > 0 else CAP
+
+
 def measure(path: str) -> None:
     import torch
     import triton
     import triton.testing
 
     from relu2.measure.registry import copy_bytes
-    from relu2.measure.timing import _event_ms as event_ms
     from relu2_impls.fused import relu_squared
 
     run = {"run": uuid.uuid4().hex[:8], "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "triton": triton.__version__}
-
-    def graph_per_call_ms(call, n: int) -> float:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for _ in range(n):
-                call()
-        g.replay()
-        torch.cuda.synchronize()
-        return st.median([event_ms(g.replay) / n for _ in range(10)][1:])
-
-    def gpu_n(call) -> int:
-        est = event_ms(lambda: [call() for _ in range(5)], before=lambda: torch.cuda._sleep(SLEEP_CYCLES)) / 5
-        return max(1, min(CAP, math.ceil(REP_MS / est))) if est > 0 else CAP
 
     def dbc(call, sleep: bool) -> tuple[float, int]:
         """do_bench_cudagraph's figure of ``call`` as the project reads it, and the calls its graph holds."""
