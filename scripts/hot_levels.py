@@ -152,6 +152,27 @@ def report(path: str) -> None:
         top = sorted(splits, key=lambda s: -abs(s[0]))[:4]
         print("    " + "; ".join(f"bit {b} ({n1}/{n0}): {100 * d:+.1f}%" for d, b, n1, n0 in top))
         print(f"    by offset ({varied}, H above the lowest level): {_level_marks(tuple(ms), edges[0])}")
+        spread, r = address_effect(got, varied)
+        print(f"    figures span {100 * spread:.1f}% over the placements; offset by offset, the processes' "
+              f"figures correlate r = {'n/a' if r is None else f'{r:.2f}'} (near 1: the address sets the figure)")
+
+
+def address_effect(got: list[dict], varied: str) -> tuple[float, float | None]:
+    """How far the figures of one placement series spread (max / min - 1), and, where more than one
+    process measured it, the mean correlation between two processes' figures taken offset by offset:
+    a figure that is a function of the address repeats its pattern in every process."""
+    ms = [r["ms"] for r in got]
+    by_run: dict[str, dict[int, float]] = defaultdict(dict)
+    for r in got:
+        by_run[r["run"]][r[varied]] = r["ms"]
+    runs = list(by_run.values())
+    pairs = [(a, b) for i, a in enumerate(runs) for b in runs[i + 1:]]
+    rs = []
+    for a, b in pairs:
+        common = sorted(set(a) & set(b))
+        if len(common) > 2:
+            rs.append(st.correlation([a[o] for o in common], [b[o] for o in common]))
+    return max(ms) / min(ms) - 1, (st.mean(rs) if rs else None)
 
 
 def _level_marks(samples: tuple[float, ...], low: float) -> str:

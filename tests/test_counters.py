@@ -539,3 +539,26 @@ def test_hot_levels_reads_the_two_levels_of_recorded_rounds(capsys):
     assert re.search(r"^  fused hot float16 1024 +\.\.\.HHHHHHHHH \| HH\.HHHHHHHHH   like with like: 1\.045x, 1\.044x$", out, re.M)
     assert not re.search(r"^  fused hot bfloat16 1024 ", out, re.M)  # one level a side: not listed
     assert hot_levels.main(["--rounds", str(folder.parent)]) == 2  # not a compare folder
+
+
+def test_hot_levels_tells_an_address_effect_from_noise(capsys):
+    """scripts/hot_levels.py --report: a series whose figures repeat their pattern offset by offset in
+    every process is set by the address (the H100's input placements, docs/aa/hot-levels-h100-2026-12-07);
+    one whose processes do not agree is noise (its output placements)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import hot_levels
+
+    rows = [{"run": run, "x": o, "ms": ms} for run, noise in (("a", 0.0), ("b", 0.01))
+            for o, ms in enumerate([1.0, 1.04, 1.0, 1.04, 1.02])
+            for ms in [ms + noise * (-1) ** o]]
+    spread, r = hot_levels.address_effect(rows, "x")
+    assert spread == pytest.approx(0.04) and r > 0.8
+    shuffled = [{**row, "ms": 1.0 + 0.04 * ((row["x"] * (3 if row["run"] == "b" else 1)) % 5 == 1)} for row in rows]
+    assert abs(hot_levels.address_effect(shuffled, "x")[1]) < 0.5
+    assert hot_levels.address_effect(rows[:5], "x")[1] is None  # one process: nothing to correlate
+    assert hot_levels.main(["--report", str(ROOT / "docs/aa/hot-levels-h100-2026-12-07/levels.jsonl.gz")]) == 0
+    out = capsys.readouterr().out
+    by_series = re.findall(r"^NVIDIA H100 80GB HBM3 (\w+) +(\w+) +(x|out) .*\n(?:    .*\n)*?    figures span ([\d.]+)% .* r = (-?[\d.]+)", out, re.M)
+    assert len(by_series) == 8
+    for impl, dtype, varied, span, r in by_series:
+        assert (float(r) > 0.8) == (varied == "x"), (impl, dtype, varied, r)
