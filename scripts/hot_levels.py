@@ -20,6 +20,8 @@ large allocation:
   out    the output at OFFSETS, the input fixed at OUT_AT
   fresh  the input and output from the caching allocator (torch.randn, the op's own output), as a
          benchmark gets them: REPEATS of them, all kept alive
+  ref    one fixed placement, measured again before every REF_EVERY-th placement: the control that
+         tells a level set by time in the process from one set by the address
   rotK   a candidate cure: the graph's calls cycle over K such pairs (K in ROTATIONS), fresh ones for
          each of ROTATION_REPEATS figures; if the level is the address's, its step shrinks with K
 """
@@ -32,6 +34,7 @@ import math
 import os
 import statistics as st
 import sys
+import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -47,6 +50,7 @@ POOL_BYTES = 32 << 20
 REPEATS = 16
 ROTATIONS = (1, 4, 16, 64)
 ROTATION_REPEATS = 8
+REF_AT, REF_EVERY = 20 << 20, 16
 LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each level is tight to ~0.3%)
 
 
@@ -64,10 +68,14 @@ def measure(path: str) -> None:
         xi, oi = x.view(ints[x.element_size()]), out.view(ints[x.element_size()])
         return {"fused": lambda: relu_squared(x, out=out), "copy": lambda: torch.bitwise_or(xi, 0, out=oi)}
 
-    def figure_ms(call) -> float:
+    start = time.monotonic()
+
+    def figure(call) -> dict:
+        """The figure (ms a call), the graph's length, and when in the process it was taken (s)."""
         call()
         torch.cuda.synchronize()
-        return graph_per_call_ms(call, gpu_n(call))
+        n = gpu_n(call)
+        return {"ms": graph_per_call_ms(call, n), "n": n, "t": round(time.monotonic() - start, 3)}
 
     rows, written = [], 0
     with torch.cuda.stream(torch.cuda.Stream()):
@@ -80,9 +88,23 @@ def measure(path: str) -> None:
                 return pool[offset:offset + nbytes].view(dtype)
 
             src = torch.randn(NUMEL, device="cuda", dtype=dtype)
+
+            def take(exp: str, x: torch.Tensor, out: torch.Tensor, pooled: bool = True) -> None:
+                """Both kernels' figures for one placement (offsets into the pool where ``pooled``)."""
+                if pooled:
+                    x.copy_(src)
+                base = pool.data_ptr() if pooled else 0
+                for impl, call in kernels(x, out).items():
+                    rows.append({**run, "impl": impl, "dtype": name, "numel": NUMEL, "exp": exp,
+                                 "x": x.data_ptr() - base, "out": out.data_ptr() - base, **figure(call)})
+
             placed = [("x", at(o), at(OUT_AT)) for o in OFFSETS] + [("out", at(OUT_AT), at(o)) for o in OFFSETS]
-            fresh = [torch.randn(NUMEL, device="cuda", dtype=dtype) for _ in range(REPEATS)]
-            placed += [("fresh", x, torch.empty_like(x)) for x in fresh]
+            for i, (exp, x, out) in enumerate(placed):
+                if i % REF_EVERY == 0:  # the fixed placement again: a level that follows time shows here
+                    take("ref", at(REF_AT), at(OUT_AT))
+                take(exp, x, out)
+            for x in [torch.randn(NUMEL, device="cuda", dtype=dtype) for _ in range(REPEATS)]:
+                take("fresh", x, torch.empty_like(x), pooled=False)
             kept = []  # every rotation's pairs stay alive: the next repeat's are at new addresses
             for k in ROTATIONS:
                 for _ in range(ROTATION_REPEATS):
@@ -98,15 +120,8 @@ def measure(path: str) -> None:
                             turn[0] = (turn[0] + 1) % len(calls)
 
                         rows.append({**run, "impl": impl, "dtype": name, "numel": NUMEL, "exp": f"rot{k}",
-                                     "x": pairs[0][0].data_ptr(), "out": pairs[0][1].data_ptr(), "ms": figure_ms(cycle)})
-            for exp, x, out in placed:
-                if exp != "fresh":
-                    x.copy_(src)
-                for impl, call in kernels(x, out).items():
-                    rows.append({**run, "impl": impl, "dtype": name, "numel": NUMEL, "exp": exp,
-                                 "x": x.data_ptr() - pool.data_ptr() if exp != "fresh" else x.data_ptr(),
-                                 "out": out.data_ptr() - pool.data_ptr() if exp != "fresh" else out.data_ptr(),
-                                 "ms": figure_ms(call)})
+                                     "x": pairs[0][0].data_ptr(), "out": pairs[0][1].data_ptr(), **figure(cycle)})
+            take("ref", at(REF_AT), at(OUT_AT))
             with open(path, "a") as f:  # each dtype as it ends: a crash keeps what was measured
                 f.write("".join(json.dumps(r) + "\n" for r in rows))
             written += len(rows)
@@ -137,6 +152,10 @@ def report(path: str) -> None:
         print(f"{gpu} {impl:5} {dtype:8} {exp:5} {len(ms):3} figures; levels {lv}")
         if exp.startswith("rot"):
             print(f"    sd between figures {100 * st.pstdev(math.log(v) for v in ms):.2f}%")
+            continue
+        if exp == "ref":
+            print("    in time order (s: us): " + ", ".join(
+                f"{r.get('t', float('nan')):.0f}: {1e3 * r['ms']:.3f}" for r in sorted(got, key=lambda r: (r["run"], r.get("t", 0)))))
             continue
         if exp == "fresh":
             for r in got:
