@@ -20,6 +20,8 @@ large allocation:
   out    the output at OFFSETS, the input fixed at OUT_AT
   fresh  the input and output from the caching allocator (torch.randn, the op's own output), as a
          benchmark gets them: REPEATS of them, all kept alive
+  start  that fixed placement (bf16) first thing in the process, START_FIGURES times, then three times
+         after each of IDLE_GAPS of idling (with the SM clock, where pynvml is there to read it)
   ref    one fixed placement, measured again before every REF_EVERY-th placement: the control that
          tells a level set by time in the process from one set by the address
   rotK   a candidate cure: the graph's calls cycle over K such pairs (K in ROTATIONS), fresh ones for
@@ -51,6 +53,7 @@ REPEATS = 16
 ROTATIONS = (1, 4, 16, 64)
 ROTATION_REPEATS = 8
 REF_AT, REF_EVERY = 20 << 20, 16
+START_FIGURES, IDLE_GAPS = 12, (0.05, 0.25, 1.0, 3.0)  # s the GPU idles before three more of them
 LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each level is tight to ~0.3%)
 
 
@@ -77,9 +80,24 @@ def measure(path: str) -> None:
         n = gpu_n(call)
         return {"ms": graph_per_call_ms(call, n), "n": n, "t": round(time.monotonic() - start, 3)}
 
+    def sm_mhz() -> int | None:
+        try:
+            return torch.cuda.clock_rate()  # via pynvml, which a box may lack
+        except Exception:  # noqa: BLE001 - any failure only means no clock in the record
+            return None
+
     rows, written = [], 0
     with torch.cuda.stream(torch.cuda.Stream()):
         pool = torch.empty(POOL_BYTES, dtype=torch.uint8, device="cuda")
+        # First thing in the process, the fixed placement over and over, then again after the GPU idled
+        # for a while: on the H100 the first figures of a process read 15% low.
+        x, out = (pool[o:o + 2 * NUMEL].view(torch.bfloat16) for o in (REF_AT, OUT_AT))
+        x.copy_(torch.randn(NUMEL, device="cuda", dtype=torch.bfloat16))
+        for gap in (0.0,) * START_FIGURES + tuple(g for g in IDLE_GAPS for _ in range(3)):
+            time.sleep(gap)
+            for impl, call in kernels(x, out).items():
+                rows.append({**run, "impl": impl, "dtype": "bfloat16", "numel": NUMEL, "exp": "start", "gap": gap,
+                             "x": REF_AT, "out": OUT_AT, **figure(call), "sm_mhz": sm_mhz()})
         for name in DTYPES:
             dtype = getattr(torch, name)
             nbytes = NUMEL * dtype.itemsize
@@ -153,9 +171,11 @@ def report(path: str) -> None:
         if exp.startswith("rot"):
             print(f"    sd between figures {100 * st.pstdev(math.log(v) for v in ms):.2f}%")
             continue
-        if exp == "ref":
+        if exp in ("ref", "start"):
             print("    in time order (s: us): " + ", ".join(
-                f"{r.get('t', float('nan')):.0f}: {1e3 * r['ms']:.3f}" for r in sorted(got, key=lambda r: (r["run"], r.get("t", 0)))))
+                f"{r.get('t', float('nan')):.{0 if exp == 'ref' else 2}f}: {1e3 * r['ms']:.3f}"
+                + (f" @{r['sm_mhz']}" if r.get("sm_mhz") else "")
+                for r in sorted(got, key=lambda r: (r["run"], r.get("t", 0)))))
             continue
         if exp == "fresh":
             for r in got:
