@@ -2,6 +2,8 @@
 
     python scripts/hot_levels.py OUT.jsonl           measure in this process, append a line per figure
     python scripts/hot_levels.py --report OUT.jsonl  the levels, and the address bits that tell them apart
+    python scripts/hot_levels.py --first OUT.jsonl B probe|instrument
+                                                     a fresh process's first figures after B throwaway graphs
     python scripts/hot_levels.py --rounds DIR...     the cells of compare folders whose rounds sit on two levels
 
 Why: in the paired compares on the H200 (docs/aa/compare-h200-2026-12-06), hot figures at 2^10
@@ -54,6 +56,7 @@ ROTATIONS = (1, 4, 16, 64)
 ROTATION_REPEATS = 8
 REF_AT, REF_EVERY = 20 << 20, 16
 START_FIGURES, IDLE_GAPS = 12, (0.05, 0.25, 1.0, 3.0)  # s the GPU idles before three more of them
+FIRST_FIGURES = 4
 LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each level is tight to ~0.3%)
 
 
@@ -147,6 +150,46 @@ def measure(path: str) -> None:
     print(f"run {run['run']} (process {run['pid']}, {run['gpu']}): {written} figures -> {path}")
 
 
+def first(path: str, burn: int, how: str) -> None:
+    """The first figures of a fresh process, after ``burn`` throwaway CUDA graphs (another kernel on
+    other tensors): by this probe's graph (``how`` "probe") or by the instrument's hot timer
+    (``time_fn(.., "hot", ROUND_BUDGET)``, "instrument"), fused and copy by turns."""
+    import torch
+
+    from hot_noise import gpu_n, graph_per_call_ms
+    from relu2.measure.timing import ROUND_BUDGET, time_fn
+    from relu2_impls.fused import relu_squared
+
+    run = {"run": uuid.uuid4().hex[:8], "pid": os.getpid(), "gpu": torch.cuda.get_device_name(),
+           "torch": torch.__version__, "exp": f"first-{how}", "burn": burn}
+    x = torch.randn(NUMEL, device="cuda", dtype=torch.bfloat16)
+    out, a, b = torch.empty_like(x), torch.zeros(1 << 16, device="cuda"), torch.empty(1 << 16, device="cuda")
+    relu_squared(x, out=out)
+    with torch.cuda.stream(torch.cuda.Stream()):
+        for _ in range(burn):
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(100):
+                    torch.add(a, 1, out=b)
+            g.replay()
+            torch.cuda.synchronize()
+            del g
+        xi, oi = x.view(torch.int16), out.view(torch.int16)
+        kernels = {"fused": lambda: relu_squared(x, out=out), "copy": lambda: torch.bitwise_or(xi, 0, out=oi)}
+        rows = []
+        for k in range(FIRST_FIGURES):
+            for impl, call in kernels.items():
+                if how == "probe":
+                    ms = graph_per_call_ms(call, gpu_n(call))
+                else:
+                    fn = (lambda t: relu_squared(t)) if impl == "fused" else (lambda t: torch.bitwise_or(t.view(torch.int16), 0))
+                    ms = 1e3 * time_fn(fn, x, "hot", ROUND_BUDGET).median_s
+                rows.append({**run, "impl": impl, "dtype": "bfloat16", "numel": NUMEL, "k": k, "ms": ms})
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"run {run['run']} ({how}, {burn} graphs before): " + " ".join(f"{r['impl'][0]}{1e3 * r['ms']:.3f}" for r in rows))
+
+
 def levels(values: list[float]) -> list[float]:
     """The lower edge of each level among ``values``: a new level where a sorted value is more than
     LEVEL_GAP above the one before it."""
@@ -170,6 +213,13 @@ def report(path: str) -> None:
         print(f"{gpu} {impl:5} {dtype:8} {exp:5} {len(ms):3} figures; levels {lv}")
         if exp.startswith("rot"):
             print(f"    sd between figures {100 * st.pstdev(math.log(v) for v in ms):.2f}%")
+            continue
+        if exp.startswith("first"):
+            by_burn: dict[int, list[str]] = defaultdict(list)
+            for r in got:
+                by_burn[r["burn"]].append(f"{1e3 * r['ms']:.3f}")
+            for burn, figs in sorted(by_burn.items()):
+                print(f"    after {burn} graphs, each process's figures in order: {' '.join(figs)}")
             continue
         if exp in ("ref", "start"):
             print("    in time order (s: us): " + ", ".join(
@@ -267,6 +317,8 @@ def main(argv: list[str]) -> int:
             print(f"hot_levels: no such file: {argv[1]}", file=sys.stderr)
             return 2
         report(argv[1])
+    elif len(argv) == 4 and argv[0] == "--first" and argv[2].isdigit() and argv[3] in ("probe", "instrument"):
+        first(argv[1], int(argv[2]), argv[3])
     elif len(argv) == 1 and not argv[0].startswith("-"):
         measure(argv[0])
     else:
