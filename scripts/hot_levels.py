@@ -4,6 +4,8 @@
     python scripts/hot_levels.py --report OUT.jsonl  the levels, and the address bits that tell them apart
     python scripts/hot_levels.py --first OUT.jsonl B probe|instrument
                                                      a fresh process's first figures after B throwaway graphs
+    python scripts/hot_levels.py --instrument OUT.jsonl
+                                                     the instrument's hot figure on fresh inputs, method 3 and 4
     python scripts/hot_levels.py --rounds DIR...     the cells of compare folders whose rounds sit on two levels
 
 Why: in the paired compares on the H200 (docs/aa/compare-h200-2026-12-06), hot figures at 2^10
@@ -57,6 +59,7 @@ ROTATION_REPEATS = 8
 REF_AT, REF_EVERY = 20 << 20, 16
 START_FIGURES, IDLE_GAPS = 12, (0.05, 0.25, 1.0, 3.0)  # s the GPU idles before three more of them
 FIRST_FIGURES = 4
+FRESH_INPUTS, INSTRUMENT_SIZES = 12, (2**10, 2**14, 2**18)
 LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each level is tight to ~0.3%)
 
 
@@ -190,6 +193,35 @@ def first(path: str, burn: int, how: str) -> None:
     print(f"run {run['run']} ({how}, {burn} graphs before): " + " ".join(f"{r['impl'][0]}{1e3 * r['ms']:.3f}" for r in rows))
 
 
+def instrument(path: str) -> None:
+    """The instrument's own hot figure (``time_fn(.., "hot", ROUND_BUDGET)``) of fused on FRESH_INPUTS
+    inputs allocated one after another (all kept alive: each at its own address), with its graph on
+    one input (HOT_INPUTS 1, method 3) and cycling over copies (the instrument's HOT_INPUTS, method 4),
+    at sizes in the L2; a method whose figure follows the address spreads over the inputs."""
+    import torch
+
+    from relu2.measure import timing
+    from relu2_impls.fused import relu_squared
+
+    run = {"run": uuid.uuid4().hex[:8], "pid": os.getpid(), "gpu": torch.cuda.get_device_name(),
+           "torch": torch.__version__}
+    rows, inputs = [], timing.HOT_INPUTS
+    for numel in INSTRUMENT_SIZES:
+        for name in DTYPES:
+            xs = [torch.randn(numel, device="cuda", dtype=getattr(torch, name)) for _ in range(FRESH_INPUTS)]
+            relu_squared(xs[0])
+            for count in (1, inputs):
+                timing.HOT_INPUTS = count
+                for i, x in enumerate(xs):
+                    ms = 1e3 * timing.time_fn(relu_squared, x, "hot", timing.ROUND_BUDGET).median_s
+                    rows.append({**run, "impl": "fused", "dtype": name, "numel": numel, "exp": f"instr-k{count}",
+                                 "i": i, "x": x.data_ptr(), "ms": ms})
+            timing.HOT_INPUTS = inputs
+    with open(path, "a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    print(f"run {run['run']} (process {run['pid']}, {run['gpu']}): {len(rows)} figures -> {path}")
+
+
 def levels(values: list[float]) -> list[float]:
     """The lower edge of each level among ``values``: a new level where a sorted value is more than
     LEVEL_GAP above the one before it."""
@@ -202,7 +234,7 @@ def report(path: str) -> None:
         rows = [json.loads(line) for line in f]
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        groups[(r["gpu"], r["impl"], r["dtype"], r["exp"])].append(r)
+        groups[(r["gpu"], r["impl"], r["dtype"], r["exp"] + (f" 2^{r['numel'].bit_length() - 1}" if r["exp"].startswith("instr") else ""))].append(r)
     print(f"{len({r['run'] for r in rows})} processes.  Per placement: the levels (us, and how many figures "
           f"each), then the address bits whose 0 and 1 split the figures most (mean 1 / mean 0 - 1, %)")
     for (gpu, impl, dtype, exp), got in sorted(groups.items()):
@@ -213,6 +245,14 @@ def report(path: str) -> None:
         print(f"{gpu} {impl:5} {dtype:8} {exp:5} {len(ms):3} figures; levels {lv}")
         if exp.startswith("rot"):
             print(f"    sd between figures {100 * st.pstdev(math.log(v) for v in ms):.2f}%")
+            continue
+        if exp.startswith("instr"):
+            by_run: dict[str, list[float]] = defaultdict(list)
+            for r in got:
+                by_run[r["run"]].append(r["ms"])
+            print(f"    over {FRESH_INPUTS} fresh inputs, per process: " + "; ".join(
+                f"sd {100 * st.pstdev(math.log(v) for v in ms):.2f}%, span {100 * (max(ms) / min(ms) - 1):.1f}%, "
+                f"median {1e3 * st.median(ms):.3f}" for ms in by_run.values()))
             continue
         if exp.startswith("first"):
             by_burn: dict[int, list[str]] = defaultdict(list)
@@ -319,6 +359,8 @@ def main(argv: list[str]) -> int:
         report(argv[1])
     elif len(argv) == 4 and argv[0] == "--first" and argv[2].isdigit() and argv[3] in ("probe", "instrument"):
         first(argv[1], int(argv[2]), argv[3])
+    elif len(argv) == 2 and argv[0] == "--instrument":
+        instrument(argv[1])
     elif len(argv) == 1 and not argv[0].startswith("-"):
         measure(argv[0])
     else:
