@@ -171,6 +171,30 @@ def test_hot_keeps_the_longest_graph_when_every_estimate_stalled(monkeypatch):
     assert events.count(f"sleep {timing.ESTIMATE_SLEEP_CYCLES}") == timing.HOT_TRIES == len(tries)
 
 
+def test_hot_input_copies_stay_within_a_quarter_of_the_l2():
+    """Hot method 4 cycles over HOT_INPUTS copies of a tiny input, fewer as they near 1/HOT_L2_SHARE of
+    the L2, one from there up (an H200's 60 MiB L2 here)."""
+    l2 = 60 << 20
+    assert timing.hot_input_count(bytes_moved(2**10, "bfloat16"), l2) == timing.HOT_INPUTS == 16
+    assert timing.hot_input_count(bytes_moved(2**20, "bfloat16"), l2) == 3  # 4 MiB each: 15 MiB of room
+    assert timing.hot_input_count(bytes_moved(2**22, "bfloat16"), l2) == 1
+    assert timing.hot_input_count(0, l2) == 16 and timing.hot_input_count(1, 0) == 1
+
+
+def test_hot_calls_take_the_copies_by_turns(monkeypatch):
+    """The graph's calls cycle over the input and its copies (each equal to it), in the same order
+    each time round: the warm-up, the five estimate calls and the captured calls all take turns."""
+    events: list[str] = []
+    monkeypatch.setattr(timing, "HOT_INPUTS", 3)
+    x = torch.arange(4.0)
+    seen: list[torch.Tensor] = []
+    _stub_triton(monkeypatch, events, [(200, [2e-3, 1e-3, 1e-3])])
+    timing._cuda_hot(seen.append, x, Budget(samples=3, sample_ms=0.2, max_calls=16))
+    assert len(seen) == 1 + 5 + 200 and seen[0] is x
+    assert [t is seen[i % 3] for i, t in enumerate(seen)] == [True] * len(seen)
+    assert len({id(t) for t in seen}) == 3 and all(torch.equal(t, x) for t in seen)
+
+
 @pytest.mark.parametrize("triton", ["absent", "older than return_mode"])
 def test_hot_without_triton_s_timer_checks_its_own_graph_too(monkeypatch, triton):
     """The written-out method (no triton, or one whose do_bench_cudagraph returns no replays) sizes its
@@ -269,6 +293,26 @@ def test_figures_measured_on_the_cpu_of_a_gpu_box_record_no_gpu(monkeypatch):
 def test_cuda_modes_give_sane_samples(mode):
     x = torch.randn(1024, 4096, device="cuda", dtype=torch.bfloat16)
     _sane(time_fn(relu_squared_reference, x, mode), mode)
+
+
+@requires_cuda
+@pytest.mark.parametrize("numel", [2**10, 2**23])
+def test_cuda_hot_cycles_its_graph_over_l2_resident_copies(numel):
+    """Hot method 4 on a GPU: the calls inside the graph take HOT_INPUTS inputs by turns, each bitwise
+    the input, at their own addresses; an input whose copies would fill more than 1/HOT_L2_SHARE of the
+    L2 is timed on itself alone (method 3's graph)."""
+    x = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
+    seen: dict[int, torch.Tensor] = {}
+
+    def fn(t: torch.Tensor) -> torch.Tensor:
+        if torch.cuda.is_current_stream_capturing():
+            seen.setdefault(t.data_ptr(), t)  # compared after: no synchronizing call inside a capture
+        return relu_squared_reference(t)
+
+    time_fn(fn, x, "hot", Budget(samples=3, sample_ms=0.5))
+    want = timing.hot_input_count(bytes_moved(numel, "bfloat16"), timing.l2_bytes("cuda"))
+    assert len(seen) == want == (timing.HOT_INPUTS if numel == 2**10 else 1)
+    assert x.data_ptr() in seen and all(torch.equal(t, x) for t in seen.values())
 
 
 @requires_cuda

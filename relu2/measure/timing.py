@@ -2,7 +2,9 @@
 
 * ``hot``: the kernel's own time with its input warm in L2.  On CUDA this is
   ``triton.testing.do_bench_cudagraph`` (CUDA-graph replay of many back-to-back calls, so launch
-  overhead is hidden); without triton, the same method written out here.
+  overhead is hidden); without triton, the same method written out here.  The calls take their input
+  by turns from up to HOT_INPUTS L2-resident copies of it, so a tiny tensor's figure is not that of
+  one address.
 * ``cold``: the same with inputs that are not cache-resident.  On CUDA the L2 is flushed before each
   sample (outside the timed region) and every call inside the sample's graph reads its own input
   copy and writes its own output, so no call finds its data in L2.  From ROTATION_FACTOR x the L2
@@ -280,10 +282,42 @@ HOT_TRIES = 3
 HOT_NOTE = "relu2: hot: "  # what such a retry says on stderr; relu2 compare passes these lines on
 
 
+# hot: the graph's calls take their input by turns from this many copies of it (hot method 4), fewer
+# where the copies and their outputs would fill more than 1/HOT_L2_SHARE of the L2.  A tiny tensor's hot
+# time follows where its input sits: on an H100 one input placed at 128 offsets spans 2.5-4.8% at 2^10
+# (the same pattern in every process of a box), on an H200 its figure took one of two levels 7.5% apart
+# by the input's address (docs/lab/results.md, "The probe on four H100 boxes").  Cycling over copies at
+# other addresses times their average, which does not move with one allocation.
+HOT_INPUTS = 16
+HOT_L2_SHARE = 4
+
+
+def hot_input_count(set_bytes: int, l2: int) -> int:
+    """How many copies of its input a hot graph cycles over: HOT_INPUTS, fewer where they (each
+    ``set_bytes`` with its output) would fill more than 1/HOT_L2_SHARE of an L2 of ``l2`` bytes, and at
+    least one (from there up the figure is method 3's: one input, whose many lines average themselves)."""
+    return max(1, min(HOT_INPUTS, l2 // HOT_L2_SHARE // max(1, set_bytes)))
+
+
+def _by_turns(fn: Fn, inputs: Sequence[torch.Tensor]) -> Callable[[], None]:
+    """A call of ``fn`` on the next of ``inputs``: captured n times in a graph, the graph cycles over them."""
+    turn = 0
+
+    def call() -> None:
+        nonlocal turn
+        fn(inputs[turn])
+        turn = (turn + 1) % len(inputs)
+
+    return call
+
+
 def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
+    from relu2.measure.inputs import dtype_name
+    count = hot_input_count(bytes_moved(x.numel(), dtype_name(x.dtype)), l2_bytes(x.device))
+    call = _by_turns(fn, [x] + [x.clone() for _ in range(count - 1)])
     tries = []
     for _ in range(HOT_TRIES):
-        samples, calls = _hot_graph(fn, x, budget)
+        samples, calls = _hot_graph(call, budget)
         if not _short_graph(samples, calls, budget):
             return samples
         tries.append((calls, samples))
@@ -293,17 +327,17 @@ def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     return max(tries, key=lambda t: t[0])[1]  # every estimate stalled: the longest graph is the least wrong
 
 
-def _hot_graph(fn: Fn, x: torch.Tensor, budget: Budget) -> tuple[list[float], int]:
-    """One hot figure and the calls its graph held: by triton's ``do_bench_cudagraph``, or, without a
-    triton that returns every replay, by the same method written out."""
+def _hot_graph(step: Callable[[], None], budget: Budget) -> tuple[list[float], int]:
+    """One hot figure of ``step`` (a call) and the calls its graph held: by triton's
+    ``do_bench_cudagraph``, or, without a triton that returns every replay, by the same method written out."""
     try:
         from triton.testing import do_bench_cudagraph
     except ImportError:
-        return _graph_replay_samples(lambda: fn(x), budget)
+        return _graph_replay_samples(step, budget)
     try:
-        return _triton_graph_samples(do_bench_cudagraph, fn, x, budget)
+        return _triton_graph_samples(do_bench_cudagraph, step, budget)
     except AssertionError:  # a triton older than return_mode="all"
-        return _graph_replay_samples(lambda: fn(x), budget)
+        return _graph_replay_samples(step, budget)
 
 
 def _short_graph(samples: Sequence[float], calls: int, budget: Budget) -> bool:
@@ -313,7 +347,7 @@ def _short_graph(samples: Sequence[float], calls: int, budget: Budget) -> bool:
     return 0 < calls * quantile(samples, 0.5) < SHORT_GRAPH * budget.sample_ms / 1e3
 
 
-def _triton_graph_samples(do_bench_cudagraph: Callable, fn: Fn, x: torch.Tensor,
+def _triton_graph_samples(do_bench_cudagraph: Callable, step: Callable[[], None],
                           budget: Budget) -> tuple[list[float], int]:
     """One figure by ``do_bench_cudagraph``: seconds per call of its replays (the first left out) and
     the number of calls its graph held (counted as they were captured)."""
@@ -329,7 +363,7 @@ def _triton_graph_samples(do_bench_cudagraph: Callable, fn: Fn, x: torch.Tensor,
         # everywhere (hot method 3: docs/tracking.md, docs/lab/results.md "Where hot noise in the L2
         # lives").  Older tritons timed a one-call graph there, for which the sleep is moot.
         nonlocal first, captured
-        fn(x)
+        step()
         if first:
             first = False
             torch.cuda._sleep(ESTIMATE_SLEEP_CYCLES)
