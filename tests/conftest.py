@@ -20,7 +20,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 HAS_CUDA = torch.cuda.is_available()
-requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+
+
+def requires_cuda(test):
+    """A GPU test: the ``cuda`` marker, which ``-m cuda`` on a GPU box selects, and skipped without CUDA.
+    (A skipif alone left the timers' CUDA tests out of every GPU run.)"""
+    return pytest.mark.cuda(pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")(test))
 
 
 def refused(argv: list[str], capsys: pytest.CaptureFixture[str], *expected: str) -> str:

@@ -26,9 +26,10 @@ from relu2.measure.reference import relu_squared_reference
 # The module, not the function of the same name that relu2 exports.
 from relu2.measure import registry  # noqa: E402
 
+from conftest import requires_cuda  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
-requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 # Every test here needs the extension built (or the GPU); see the marker's definition in pyproject.
 pytestmark = pytest.mark.slow
 

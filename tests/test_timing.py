@@ -288,6 +288,15 @@ def test_figures_measured_on_the_cpu_of_a_gpu_box_record_no_gpu(monkeypatch):
 # --- CUDA (run on the GPU box) -------------------------------------------------------------
 
 
+def test_the_timers_gpu_tests_are_what_a_gpu_run_selects():
+    """The box runs ``pytest -m cuda``: each CUDA test here must carry the marker, not only a skip
+    without CUDA (with a skipif alone none of them ran on any GPU box)."""
+    gpu_tests = {name: f for name, f in globals().items() if name.startswith("test_cuda_")}
+    assert len(gpu_tests) >= 6
+    for name, f in gpu_tests.items():
+        assert "cuda" in {m.name for m in getattr(f, "pytestmark", [])}, name
+
+
 @requires_cuda
 @pytest.mark.parametrize("mode", ["hot", "cold", "launch"])
 def test_cuda_modes_give_sane_samples(mode):

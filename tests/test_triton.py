@@ -17,9 +17,10 @@ import torch
 
 pytest.importorskip("triton", reason="triton is not installed")
 
+from conftest import requires_cuda  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 HAS_CUDA = torch.cuda.is_available()
-requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
 
 # Runs in a fresh process: TRITON_INTERPRET must be set before the kernel is decorated (imported).
 # bfloat16 is left out because the interpreter rounds fp32 -> bf16 by truncation, unlike the GPU
