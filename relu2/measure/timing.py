@@ -284,10 +284,8 @@ HOT_NOTE = "relu2: hot: "  # what such a retry says on stderr; relu2 compare pas
 
 # hot: the graph's calls take their input by turns from this many copies of it (hot method 4), fewer
 # where the copies and their outputs would fill more than 1/HOT_L2_SHARE of the L2.  A tiny tensor's hot
-# time follows where its input sits: on an H100 one input placed at 128 offsets spans 2.5-4.8% at 2^10
-# (the same pattern in every process of a box), on an H200 its figure took one of two levels 7.5% apart
-# by the input's address (docs/lab/results.md, "The probe on four H100 boxes").  Cycling over copies at
-# other addresses times their average, which does not move with one allocation.
+# time follows its input's address, which the process's allocations decide; cycling over copies at other
+# addresses times their average, which no one allocation moves (docs/lab/results.md, "Hot method 4").
 HOT_INPUTS = 16
 HOT_L2_SHARE = 4
 
