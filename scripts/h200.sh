@@ -7,6 +7,8 @@
 #     smoke         build, CUDA tests, relu2 info/check, SASS check, a small sweep
 #     tests         build, CUDA tests, relu2 check, SASS check
 #     inspect       relu2 inspect of the compiled paths, fused and triton on vLLM's shapes
+#     levels        the instrument's hot figure of fused on fresh inputs, on one input and cycling over copies
+#                   (scripts/hot_levels.py --instrument, three processes); records and report back in logs.tgz
 #     asv=REV       relu2 asv run on REV (a commit, a branch, or an asv range A..B), offline, results kept;
 #                   machine $RELU2_MACHINE (default the GPU's model: h200, h100) into $RELU2_RESULTS (default results);
 #                   with RELU2_DEADLINE (epoch s), not started when under RELU2_STEP_S (200) s are left;
@@ -117,6 +119,15 @@ tests() {
   run sass sass
   run pytest-cuda python3 -m pytest -m cuda -v -rs -p no:cacheprovider tests/
   run check python3 -m relu2 check
+}
+
+levels() {
+  # Whether a tiny hot figure still follows the one address its input got (hot method 4 is meant to
+  # take that out; docs/lab/results.md, "Hot method 4").
+  mkdir -p "$LOG/levels"
+  run build python3 -m relu2 build
+  for i in 1 2 3; do run "levels-$i" python3 scripts/hot_levels.py --instrument "$LOG/levels/instrument.jsonl"; done
+  run levels-report python3 scripts/hot_levels.py --report "$LOG/levels/instrument.jsonl"
 }
 
 smoke() {
@@ -326,6 +337,7 @@ for step in "${@:-smoke}"; do
     smoke) smoke ;;
     tests) tests ;;
     inspect) inspect_all ;;
+    levels) levels ;;
     asv=*) asv_run "${step#asv=}" ;;
     demo=*) demo "${step#demo=}" ;;
     gate=*) pair=${step#gate=}
@@ -340,7 +352,7 @@ for step in "${@:-smoke}"; do
     history=*) history "${step#history=}" ;;
     truth=*) truth "${step#truth=}" ;;
     sweep=*) args=${step#sweep=}; run sweep python3 -m relu2 sweep --no-progress ${args//+/ } --out "$OUT/sweep" ;;
-    *) echo "usage: $0 [smoke | tests | inspect | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | planted=PATCH | compare=BASE,HEAD | suites=NAMES | sweep=ARG+ARG... | counters=ARG+ARG... | counters-patch=PATCH[:ARG+ARG...] | history=PATCH:K:CELL | truth=PATCH[:N]]..." >&2; exit 2 ;;
+    *) echo "usage: $0 [smoke | tests | inspect | levels | asv=REV | demo=BASE,HEAD | gate=BASE,HEAD | confirm=BASE,HEAD | planted=PATCH | compare=BASE,HEAD | suites=NAMES | sweep=ARG+ARG... | counters=ARG+ARG... | counters-patch=PATCH[:ARG+ARG...] | history=PATCH:K:CELL | truth=PATCH[:N]]..." >&2; exit 2 ;;
   esac
 done
 if [ -d "/tmp/relu2-repo/$RESULTS" ]; then
