@@ -213,6 +213,23 @@ def _rotation(fn: Fn, x: torch.Tensor, n_sets: int) -> Callable[[int], None]:
     return run
 
 
+def _set_bytes(x: torch.Tensor) -> int:
+    """Bytes one call on ``x`` reads and writes (its input and its output)."""
+    from relu2.measure.inputs import dtype_name
+    return bytes_moved(x.numel(), dtype_name(x.dtype))
+
+
+def _warmed_copies(fn: Fn, x: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """``x`` and ``n - 1`` copies of it, ``fn`` called once on each before any graph captures them: a
+    torch.compile'd fn may recompile for a new input (seen on the H200 for compile_dynamic), and a
+    recompile inside capture aborts it and leaves the CUDA RNG in capture mode, failing every later
+    cell of the run."""
+    inputs = [x] + [x.clone() for _ in range(n - 1)]
+    for xi in inputs:
+        fn(xi)
+    return inputs
+
+
 def _no_sync() -> None:
     pass
 
@@ -243,8 +260,7 @@ def _available_host_bytes() -> int:
 
 
 def _cpu_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
-    from relu2.measure.inputs import dtype_name
-    set_bytes = bytes_moved(x.numel(), dtype_name(x.dtype))
+    set_bytes = _set_bytes(x)
     n_sets = cpu_rotation_sets(set_bytes, cpu_cache_bytes(), _available_host_bytes())
     return _wallclock_samples(_rotation(fn, x, n_sets), _no_sync, budget)
 
@@ -310,9 +326,8 @@ def _by_turns(fn: Fn, inputs: Sequence[torch.Tensor]) -> Callable[[], None]:
 
 
 def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
-    from relu2.measure.inputs import dtype_name
-    count = hot_input_count(bytes_moved(x.numel(), dtype_name(x.dtype)), l2_bytes(x.device))
-    call = _by_turns(fn, [x] + [x.clone() for _ in range(count - 1)])
+    count = hot_input_count(_set_bytes(x), l2_bytes(x.device))
+    call = _by_turns(fn, _warmed_copies(fn, x, count))
     tries = []
     for _ in range(HOT_TRIES):
         samples, calls = _hot_graph(call, budget)
@@ -395,10 +410,9 @@ def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> tuple[lis
 
 def _cuda_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     import torch
-    from relu2.measure.inputs import dtype_name
     device = x.device
     l2 = l2_bytes(device)
-    set_bytes = max(1, bytes_moved(x.numel(), dtype_name(x.dtype)))
+    set_bytes = max(1, _set_bytes(x))
     if set_bytes >= ROTATION_FACTOR * l2:
         return _cuda_cold_large(fn, x, budget)
     free, _ = torch.cuda.mem_get_info(device)
@@ -412,12 +426,7 @@ def _cuda_cold(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
         calls = _calls_per_sample(estimate_s, budget, limit=max(1, room // set_bytes))
         # Each call of a sample reads its own input copy and writes its own output (all kept
         # alive by the graph), so after the flush no call finds its data in L2.
-        inputs = [x] + [x.clone() for _ in range(calls - 1)]
-        # One call on every copy before capture: a torch.compile'd fn may recompile for a new input
-        # (seen on the H200 for compile_dynamic), and a recompile inside capture aborts it and leaves
-        # the CUDA RNG in capture mode, failing every later cell of the run.
-        for xi in inputs:
-            fn(xi)
+        inputs = _warmed_copies(fn, x, calls)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             outputs = [fn(xi) for xi in inputs]
