@@ -15,8 +15,9 @@ elements take one of two levels per process, about 7.5% apart, each tight to 0.3
 fresh input read 1.06-1.08 us, every later one 1.13-1.17 us.  So the level follows the input's (or the
 output's) address, which the caching allocator hands out differently from one process to the next.
 
-Here every figure is hot method 3's graph (``hot_noise.gpu_n``: its length from five calls timed behind
-a GPU sleep, capped at 1000; ``hot_noise.graph_per_call_ms``: the median of replays 2..10), of fused (``relu_squared(x, out=)``) and of the copy kernel
+Here every figure is hot method 3's graph of one input as the instrument writes it out
+(``relu2.measure.timing._graph_replay_samples``: its length from five calls timed behind a GPU sleep,
+capped at 1000; the median of replays 2..10, ``graph_ms``), of fused (``relu_squared(x, out=)``) and of the copy kernel
 (``bitwise_or(.., out=)``), bf16 and fp32 at 2^10 elements, with both tensors placed by hand in one
 large allocation:
 
@@ -66,7 +67,6 @@ LEVEL_GAP = 0.03  # two figures more than 3% apart are on different levels (each
 def measure(path: str) -> None:
     import torch
 
-    from hot_noise import gpu_n, graph_per_call_ms  # hot method 3's graph, as the hot-noise probe times it
     from relu2_impls.fused import relu_squared  # relu2::relu_squared, out= form (builds on first use)
 
     run = {"run": uuid.uuid4().hex[:8], "pid": os.getpid(), "gpu": torch.cuda.get_device_name(),
@@ -81,10 +81,8 @@ def measure(path: str) -> None:
 
     def figure(call) -> dict:
         """The figure (ms a call), the graph's length, and when in the process it was taken (s)."""
-        call()
-        torch.cuda.synchronize()
-        n = gpu_n(call)
-        return {"ms": graph_per_call_ms(call, n), "n": n, "t": round(time.monotonic() - start, 3)}
+        ms, n = graph_ms(call)
+        return {"ms": ms, "n": n, "t": round(time.monotonic() - start, 3)}
 
     def sm_mhz() -> int | None:
         try:
@@ -159,7 +157,6 @@ def first(path: str, burn: int, how: str) -> None:
     (``time_fn(.., "hot", ROUND_BUDGET)``, "instrument"), fused and copy by turns."""
     import torch
 
-    from hot_noise import gpu_n, graph_per_call_ms
     from relu2.measure.timing import ROUND_BUDGET, time_fn
     from relu2_impls.fused import relu_squared
 
@@ -183,7 +180,7 @@ def first(path: str, burn: int, how: str) -> None:
         for k in range(FIRST_FIGURES):
             for impl, call in kernels.items():
                 if how == "probe":
-                    ms = graph_per_call_ms(call, gpu_n(call))
+                    ms = graph_ms(call)[0]
                 else:
                     fn = (lambda t: relu_squared(t)) if impl == "fused" else (lambda t: torch.bitwise_or(t.view(torch.int16), 0))
                     ms = 1e3 * time_fn(fn, x, "hot", ROUND_BUDGET).median_s
@@ -191,6 +188,14 @@ def first(path: str, burn: int, how: str) -> None:
     with open(path, "a") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
     print(f"run {run['run']} ({how}, {burn} graphs before): " + " ".join(f"{r['impl'][0]}{1e3 * r['ms']:.3f}" for r in rows))
+
+
+def graph_ms(call) -> tuple[float, int]:
+    """Per call (ms) of a CUDA graph of ``call`` sized behind a GPU sleep, the median of replays 2..10
+    (the instrument's written-out hot method 3), and the calls the graph held."""
+    from relu2.measure.timing import Budget, _graph_replay_samples
+    samples, calls = _graph_replay_samples(call, Budget(samples=10, sample_ms=2.0, max_calls=1000))
+    return 1e3 * st.median(samples[1:]), calls
 
 
 def instrument(path: str) -> None:
