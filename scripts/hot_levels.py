@@ -350,6 +350,17 @@ def rounds(folders: list[str]) -> None:
             print(f"  {' '.join(group):36} {split} of {n}")
 
 
+def _appending(path: str) -> int:
+    """2, said in one line, where the records could not be appended to ``path`` (checked before a minute
+    of measuring, not after it); 0 where they can."""
+    target = Path(path)
+    if target.is_dir() or not target.parent.is_dir():
+        print(f"hot_levels: cannot append records to {path}: "
+              f"{'a folder' if target.is_dir() else 'no folder ' + str(target.parent)}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "--rounds":
         missing = [d for d in argv[1:] if not (Path(d) / "compare.json").is_file()]
@@ -363,11 +374,11 @@ def main(argv: list[str]) -> int:
             return 2
         report(argv[1])
     elif len(argv) == 4 and argv[0] == "--first" and argv[2].isdigit() and argv[3] in ("probe", "instrument"):
-        first(argv[1], int(argv[2]), argv[3])
+        return _appending(argv[1]) or first(argv[1], int(argv[2]), argv[3]) or 0
     elif len(argv) == 2 and argv[0] == "--instrument":
-        instrument(argv[1])
+        return _appending(argv[1]) or instrument(argv[1]) or 0
     elif len(argv) == 1 and not argv[0].startswith("-"):
-        measure(argv[0])
+        return _appending(argv[0]) or measure(argv[0]) or 0
     else:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2

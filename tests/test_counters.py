@@ -557,6 +557,9 @@ def test_hot_levels_tells_an_address_effect_from_noise(capsys):
     shuffled = [{**row, "ms": 1.0 + 0.04 * ((row["x"] * (3 if row["run"] == "b" else 1)) % 5 == 1)} for row in rows]
     assert abs(hot_levels.address_effect(shuffled, "x")[1]) < 0.5
     assert hot_levels.address_effect(rows[:5], "x")[1] is None  # one process: nothing to correlate
+    for argv in (["--instrument", "/no/such/folder/x.jsonl"], ["--first", str(ROOT), "0", "probe"], ["--first", "x", "-1", "probe"]):
+        assert hot_levels.main(argv) == 2  # refused before measuring (no GPU is touched), nothing written
+    assert not Path("/no/such/folder").exists()
     assert hot_levels.main(["--report", str(ROOT / "docs/aa/hot-levels-h100-2026-12-07/levels-box1.jsonl.gz")]) == 0
     out = capsys.readouterr().out
     by_series = re.findall(r"^NVIDIA H100 80GB HBM3 (\w+) +(\w+) +(x|out) .*\n(?:    .*\n)*?    figures span ([\d.]+)% .* r = (-?[\d.]+)", out, re.M)
