@@ -83,6 +83,21 @@ RESULTS=${RELU2_RESULTS:-results}
 # The copied checkout belongs to another user than root here; git would refuse to read it.
 git config --global --add safe.directory '*'
 
+sync_head() {
+  # The device tool's copy of the checkout has carried the git metadata of the session's first HEAD
+  # under the files of a later one (a compare.json named its instrument <first HEAD>+dirty-...): point
+  # the copy's HEAD and index at the bundle's HEAD, the commit these files are, so records name it.
+  local want
+  want=$(git -C "$ROOT" bundle list-heads "$ROOT/.whl/repo.bundle" HEAD 2>/dev/null | cut -d' ' -f1)
+  [ -n "$want" ] && [ "$(git -C "$ROOT" rev-parse -q --verify HEAD)" != "$want" ] || return 0
+  if git -C "$ROOT" fetch -q "$ROOT/.whl/repo.bundle" HEAD && git -C "$ROOT" reset -q "$want"; then
+    echo "h200.sh: the checkout's git said HEAD $(git -C "$ROOT" rev-parse -q --verify ORIG_HEAD), its files are the bundle's $want: HEAD moved there"
+  else
+    echo "h200.sh: the checkout's HEAD is not the bundle's $want and could not be moved there: records name the older one"
+  fi | tee -a "$LOG/summary.txt"
+}
+sync_head
+
 relu2_with_asv() { python3 -m relu2 "$@"; }
 
 step() { printf '\n== %s  (%s)\n' "$*" "$(date +%T)"; }
