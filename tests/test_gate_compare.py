@@ -117,7 +117,7 @@ def test_a_gpu_without_a_model_of_its_own_is_refused_or_judged_by_factor_only(tm
 
 
 def test_a_cpu_compare_without_a_cpu_model_says_so_and_gates_only_with_factor(tmp_path, monkeypatch):
-    without_cpu = tmp_path / "models.json"  # the shipped file has a CPU same-box model (docs/results.md)
+    without_cpu = tmp_path / "models.json"  # the shipped file has a CPU same-box model (docs/lab/results.md)
     noise.save_models([m for m in noise.load_models() if m.gpu != "none"], without_cpu)
     monkeypatch.setenv(noise.MODEL_ENV, str(without_cpu))
     folder = make_compare(tmp_path / "c", fx.COMMIT_2, fx.COMMIT_3, gpu="none")

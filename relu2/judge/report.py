@@ -19,7 +19,7 @@ UNDECIDED_WHY = ("their work changed, and their rounds tell their move neither b
                  "smallest slowdown their band must tell; relu2 compare measures such cells in more rounds; "
                  "each is judged as it stands")
 LAUNCH_WHY = ("host wall clock: identical code moved 0.39-1.91x between two freshly started boxes "
-              "(docs/results.md), so launch is reported, not gated; --gate-launch RATIO gates it")
+              "(docs/methodology.md), so launch is reported, not gated; --gate-launch RATIO gates it")
 MISSING_WHY = "in the plan of the suites, absent from the results: the check fails as for a vanished cell"
 CONTRADICTED_WHY = ("more than noise flags in one run (the model allows 1 failing run of unchanged code in 20); a "
                     "maintainer reads the figures, or labels again for a fresh box")
