@@ -333,7 +333,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
                            allow_failed_base=args.allow_failed_base, confirmed=args.confirmed,
                            noise_model=args.noise_model)
     print(report.render(args.format))
-    if args.spread:
+    if args.spread and args.format != "json":  # the JSON holds it as "spread": one document on stdout
         print("\nSPREAD (head/base per implementation and mode, over the cells ok in both)")
         print(format_spread(report.spread, markdown=args.format == "markdown"))
     return report.exit_code

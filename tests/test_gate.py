@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
 import asv_fixture as fx  # noqa: E402
 
+from relu2 import cli  # noqa: E402
 from relu2.judge import noise  # noqa: E402
 from relu2.records.asv_results import load_records  # noqa: E402
 from relu2.vocab.errors import ResultsError
@@ -116,6 +117,14 @@ def test_json_is_strict_json(results):
 
     data = json.loads(text, parse_constant=refuse)
     assert data["resolution"][0]["fastest_s"] is None
+
+
+def test_json_with_spread_is_one_document(results, capsys):
+    # --spread adds its table to the text report; in JSON it is the "spread" key, and stdout stays parseable
+    # (relu2 confirm --from-gate reads it).
+    code = cli.main(["gate", fx.COMMIT_2, fx.COMMIT_3, "--results", str(results), "--spread", "--format", "json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == data["exit_code"] == 1 and data["spread"]
 
 
 def test_newly_failing_cell_fails_the_gate(results):
