@@ -57,7 +57,13 @@ def test_publish_refuses_a_folder_of_someone_elses_files(tmp_path, capsys):
     conf.write_text(json.dumps({"version": 1, "project": "relu2-bench", "repo": str(ROOT),
                                 "results_dir": str(fx.copy_results(tmp_path / "results")),
                                 "html_dir": str(tmp_path / "html")}))
-    refused(["publish", "--config", str(conf), "--", "--html-dir", str(mine)], capsys, "holds files of its own")
+    # every spelling asv's parser takes, not only the two written out in its help
+    for spelled in (["--html-dir", str(mine)], [f"--html-dir={mine}"], ["-o", str(mine)], [f"-o{mine}"],
+                    [f"-o={mine}"], ["--html", str(mine)], [f"--html-d={mine}"]):
+        refused(["publish", "--config", str(conf), "--", *spelled], capsys, "holds files of its own")
+    refused(["publish", "--config", str(conf), "--", "-o.", "--no-pull"], capsys, "would delete")
+    refused(["publish", "--config", str(conf), "--", "--config", str(conf)], capsys, "relu2 publish --config")
+    refused(["publish", "--config", str(conf), "--", "--bogus"], capsys, "unrecognized arguments: --bogus")
     assert (mine / "notes.txt").read_text() == "keep me"
 
 

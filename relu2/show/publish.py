@@ -67,14 +67,26 @@ def publish(config: str | os.PathLike = "asv.conf.json", asv_args: list[str] | N
 
 
 def html_dir(asv_args: list[str], configured: str) -> Path:
-    """The folder asv publish will write: its ``--html-dir``/``-o`` option, else the configuration's."""
-    found = configured
-    for i, arg in enumerate(asv_args):
-        if arg in ("--html-dir", "-o") and i + 1 < len(asv_args):
-            found = asv_args[i + 1]
-        elif arg.startswith("--html-dir="):
-            found = arg.split("=", 1)[1]
-    return Path(found)
+    """The folder asv publish will write, read by asv's own parser (it takes ``-oX``, ``-o=X`` and any
+    unambiguous prefix of ``--html-dir``: a folder missed here is one asv empties unchecked); else the
+    configuration's.  UsageError for arguments asv would refuse, or a ``--config`` of its own (the html
+    folder would be another configuration's)."""
+    import contextlib
+    import io
+
+    from asv.commands import make_argparser
+
+    parser, _ = make_argparser()
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parsed = parser.parse_args(["publish", *asv_args])
+    except SystemExit:
+        why = [line for line in said.getvalue().splitlines() if line.strip()]
+        raise UsageError(f"asv publish {' '.join(asv_args)}: {why[-1] if why else 'not its arguments'}") from None
+    if parsed.config != "asv.conf.json":  # asv's default: none given
+        raise UsageError("give the configuration as relu2 publish --config FILE, not among asv's arguments")
+    return Path(parsed.html_dir or configured)
 
 
 def is_published(folder: Path) -> bool:
