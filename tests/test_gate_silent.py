@@ -308,6 +308,41 @@ def test_confirmation_fails_only_on_cells_that_flag_again(tmp_path):
     short = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
                  confirmed=_remeasurement(tmp_path, [18.6e-6, 18.7e-6], base_rounds=[18.6e-6, 18.5e-6]))
     assert short.exit_code == 1 and not short.unconfirmed
+    # Rounds with no figure (null as relu2 confirm writes a failed one, 0, garbage) are not rounds: three
+    # entries a side of which one pairs up is no evidence either, nor is none (not a traceback).
+    for lost in ([1e-5, None, None], [1e-5, 0, 0], [0, 0, 0]):
+        thin = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3,
+                    confirmed=_remeasurement(tmp_path, lost, base_rounds=[1e-5, 0, 0]))
+        assert thin.exit_code == 1 and not thin.unconfirmed, lost
+    # A failed round keeps its place: the rounds after it still pair with the other side's same round.
+    kept = gate(fx.RESULTS, fx.COMMIT_2, fx.COMMIT_3, confirmed=_remeasurement(
+        tmp_path, [18.6e-6, 18.7e-6, 28.0e-6, 18.5e-6], base_rounds=[18.6e-6, None, 18.7e-6, 18.5e-6]))
+    assert kept.exit_code == 0 and [c.label for c in kept.unconfirmed] == [fx.PLANTED_LABEL]
+
+
+def test_relu2_confirm_keeps_a_failed_rounds_place():
+    """Round i of base was measured beside round i of head: a failed round is null in its place, so the
+    gate's pairs stay side by side, and the figures and ratio are over the rounds that have one."""
+    from relu2.measure.outcome import CellResult, Outcome
+    from relu2.measure.timing import Timing
+    from relu2.runs import confirm
+    from relu2.vocab.schema import FAILED, OK, Cell
+
+    cell = Cell("fused", "bfloat16", 4096, (4096,))
+    results = {("fused", "bfloat16", cell.shape_str, "hot"): confirm.Confirmed("fused", "bfloat16", cell.shape_str, "hot")}
+
+    def round_of(seconds: float | None) -> dict:
+        outcome = (Outcome(OK, timing=Timing("hot", (seconds,))) if seconds else Outcome(FAILED, "out of memory"))
+        return {"results": [CellResult(cell, OK, outcomes={"hot": outcome})]}
+
+    for side, figures in (("base", [1e-5, None, 1e-5]), ("head", [2e-5, 2e-5, 2.4e-5])):
+        for seconds in figures:
+            confirm._take_round(results, side, round_of(seconds))
+    (entry,) = results.values()
+    assert entry.base_rounds == [1e-5, None, 1e-5] and entry.base_status == "out of memory"
+    assert entry.ratio == pytest.approx(2.0) and confirm.not_measured({"cells": [vars(entry)]}) == []
+    assert "out of memory" not in confirm.format_confirmation(
+        {"base": "a" * 40, "head": "b" * 40, "rounds": 3, "device": "cpu", "cells": [vars(entry)]})
 
 
 # --- the model ------------------------------------------------------------------------------------

@@ -39,8 +39,8 @@ from relu2.records.asv_results import Measurement
 from relu2.records.confirmed import Remeasurement
 from relu2.records.work import work_changes
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import (BASELINE, FAILED, MODES, OK, ROOFLINE, SKIPPED, impl_order, only_repicked,
-                                quantile)
+from relu2.vocab.schema import (BASELINE, FAILED, MIN_ROUNDS, MODES, OK, ROOFLINE, SKIPPED, impl_order,
+                                only_repicked, quantile)
 
 GATED_MODES: tuple[str, ...] = tuple(m.name for m in MODES if m.kernel_time)
 TIMING_MODES: tuple[str, ...] = tuple(m.name for m in MODES)
@@ -421,10 +421,11 @@ def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Calla
     out = Confirmation([], [], [])
     for change in flagged:
         again = remeasured.find(change.benchmark, change.params)
-        if again is None:
+        figures = again and paired_figures(again.base_rounds, again.head_rounds)
+        if not figures or len(figures[0].samples) < MIN_ROUNDS:  # too few pairs is no evidence: it still fails
             out.not_remeasured.append(change)
             continue
-        b, h = paired_figures(again.base_rounds, again.head_rounds)
+        b, h = figures
         (out.confirmed if is_slower(b, h, rule_of(change), paired) else out.unconfirmed).append(
             replace(change, base=b.value, head=h.value, moved=math.exp(move(b, h, paired))))
     return out

@@ -4,18 +4,19 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
 from relu2.vocab.errors import ResultsError
-from relu2.vocab.schema import MIN_ROUNDS
 
 
 @dataclass(frozen=True)
 class Remeasured:
     """One flagged cell measured again: per-round medians (seconds), each round a fresh process,
-    base and head rounds interleaved on one box."""
+    base and head rounds interleaved on one box; a round that failed is nan in its place (the file's
+    null), so round i of one side stays beside round i of the other."""
 
     benchmark: str  # as in the report: "bench_relu2.Grid.track_hot"
     params: tuple[tuple[str, str], ...]  # as in the report's ``params``
@@ -40,11 +41,11 @@ class Remeasurement:
     instrument: str = ""  # as compare.json names its own ("" in files older than it)
 
     def find(self, benchmark: str, params: Iterable[tuple[str, str]]) -> Remeasured | None:
-        """The re-measurement of a cell with at least MIN_ROUNDS rounds a side (None: not re-measured).
-        Parameters match as a mapping: the report's JSON sorts them, asv's records keep their order."""
+        """The re-measurement of a cell (None: not re-measured; whether enough of its rounds pair up is
+        the rule's to say).  Parameters match as a mapping: the report's JSON sorts them, asv's records
+        keep their order."""
         wanted = dict(params)
-        return next((c for c in self.cells if c.benchmark == benchmark and dict(c.params) == wanted
-                     and min(len(c.base_rounds), len(c.head_rounds)) >= MIN_ROUNDS), None)
+        return next((c for c in self.cells if c.benchmark == benchmark and dict(c.params) == wanted), None)
 
 
 def read_remeasurement(path: str | Path) -> Remeasurement:
@@ -53,12 +54,15 @@ def read_remeasurement(path: str | Path) -> Remeasurement:
         data = json.loads(Path(path).read_text())
         cells = tuple(Remeasured(
             str(c["benchmark"]), tuple((str(k), str(v)) for k, v in c["params"].items()),
-            tuple(float(x) for x in c["base_rounds"]), tuple(float(x) for x in c["head_rounds"]),
+            _rounds(c["base_rounds"]), _rounds(c["head_rounds"]),
         ) for c in data["cells"])
         out = Remeasurement(str(data["base"]), str(data["head"]), str(data.get("machine", "")), cells,
                             str(data.get("instrument", "")))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ResultsError(f"{path}: not a re-measurement of flagged cells ({type(e).__name__}: {e})") from None
-    # A cell with fewer than MIN_ROUNDS rounds a side (a round failed) counts as not re-measured: it
-    # still fails, while the others are judged.
     return out
+
+
+def _rounds(values: Iterable[float | None]) -> tuple[float, ...]:
+    """A side's per-round medians; a failed round (null) is nan in its place."""
+    return tuple(math.nan if x is None else float(x) for x in values)

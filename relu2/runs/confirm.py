@@ -16,7 +16,7 @@ dtype the instrument does not time.
 
 Output (``--out``, JSON): relu2.records.confirmed's ``Remeasurement`` contract, ``{"base": sha, "head": sha,
 "machine": str, "device": str, "rounds": int, "order": [side per process], "cells": [{"benchmark", "params", "base_rounds": [seconds per
-round], "head_rounds": [...], "impl", "dtype", "shape", "mode", "base_status", "head_status"}]}``;
+round, null where a round failed], "head_rounds": [...], "impl", "dtype", "shape", "mode", "base_status", "head_status"}]}``;
 ``benchmark`` and ``params`` are the gate report's (empty for a cell named with ``--cell``).
 """
 
@@ -62,7 +62,8 @@ class Target:
 
 @dataclass
 class Confirmed:
-    """The rounds of one target: each side's median per round (seconds); a round that failed is absent."""
+    """The rounds of one target: each side's median per round (seconds); a round that failed is None in
+    its place (round i of each side was measured side by side, and the gate pairs them so)."""
 
     impl: str
     dtype: str
@@ -70,17 +71,21 @@ class Confirmed:
     mode: str
     benchmark: str = ""
     params: dict[str, str] = field(default_factory=dict)
-    base_rounds: list[float] = field(default_factory=list)
-    head_rounds: list[float] = field(default_factory=list)
+    base_rounds: list[float | None] = field(default_factory=list)
+    head_rounds: list[float | None] = field(default_factory=list)
     base_status: str = OK
     head_status: str = OK
 
     @property
     def ratio(self) -> float:
         """head / base of the medians over rounds (NaN when a side has none)."""
-        if not self.base_rounds or not self.head_rounds:
-            return float("nan")
-        return statistics.median(self.head_rounds) / statistics.median(self.base_rounds)
+        base, head = measured(self.base_rounds), measured(self.head_rounds)
+        return statistics.median(head) / statistics.median(base) if base and head else float("nan")
+
+
+def measured(rounds: Sequence[float | None]) -> list[float]:
+    """A side's rounds that have a figure."""
+    return [x for x in rounds if x is not None]
 
 
 def parse_target(text: str) -> Target:
@@ -154,9 +159,9 @@ def _take_round(results: dict[tuple, Confirmed], side: str, got: dict) -> None:
     for (impl, dtype, shape, mode), entry in results.items():
         result = by_cell.get((impl, dtype, shape))
         outcome = result.outcomes.get(mode) if result else None
-        if outcome is not None and outcome.status == OK:
-            getattr(entry, f"{side}_rounds").append(outcome.median_s)
-        else:  # the reason stays; the other rounds' figures still count
+        ok = outcome is not None and outcome.status == OK
+        getattr(entry, f"{side}_rounds").append(outcome.median_s if ok else None)
+        if not ok:  # the reason stays; the other rounds' figures still count
             setattr(entry, f"{side}_status", (outcome.reason or outcome.status) if outcome else
                     got.get(SKIPPED) or "not measured")
 
@@ -164,7 +169,7 @@ def _take_round(results: dict[tuple, Confirmed], side: str, got: dict) -> None:
 def not_measured(report: dict) -> list[str]:
     """The targets of a confirmation that have no figure on a side: named, for exit 1."""
     return [f"{c['impl']} {c['dtype']} {c['shape']} {c['mode']}" for c in report["cells"]
-            if not c["base_rounds"] or not c["head_rounds"]]
+            if not measured(c["base_rounds"]) or not measured(c["head_rounds"])]
 
 
 def format_confirmation(report: dict) -> str:
@@ -172,7 +177,8 @@ def format_confirmation(report: dict) -> str:
     lines = [f"base {report['base'][:8]}  head {report['head'][:8]}  {report['rounds']} rounds on {report['device']}"]
     for c in report["cells"]:
         entry = Confirmed(**c)
-        b = format_seconds(statistics.median(entry.base_rounds)) if entry.base_rounds else entry.base_status
-        h = format_seconds(statistics.median(entry.head_rounds)) if entry.head_rounds else entry.head_status
+        base, head = measured(entry.base_rounds), measured(entry.head_rounds)
+        b = format_seconds(statistics.median(base)) if base else entry.base_status
+        h = format_seconds(statistics.median(head)) if head else entry.head_status
         lines.append(f"  {entry.ratio:6.3f}x  {b:>10} -> {h:>10}  {entry.impl} {entry.dtype} {entry.shape} {entry.mode}")
     return "\n".join(lines)
