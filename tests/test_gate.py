@@ -107,6 +107,17 @@ def test_a_result_row_that_is_a_string_names_the_file_and_the_row(results, recwa
     assert not [w for w in recwarn if issubclass(w.category, UserWarning)]
 
 
+@pytest.mark.parametrize("scale", [0.0, -1.0, math.inf])
+def test_a_time_that_is_no_time_names_the_file_and_the_cell(results, capsys, scale):
+    """A compare folder is untrusted input: a time of 0 s (or below, or inf) is refused with the file
+    named, not divided by (a traceback, exit 1: read as a FAIL)."""
+    fx.edit_cell(results, fx.COMMIT_3, fx.PLANTED_BENCH, fx.PLANTED_PARAMS, scale=scale)
+    path = fx.result_file(results, fx.COMMIT_3)
+    with pytest.raises(ResultsError, match=f"{path.name}.*{fx.PLANTED_BENCH}.* s is not a time"):
+        gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert cli.main(["gate", fx.COMMIT_2, fx.COMMIT_3, "--results", str(results)]) == 2
+
+
 def test_json_is_strict_json(results):
     report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
     report.resolution[0] = dataclasses.replace(report.resolution[0], fastest_s=float("nan"))

@@ -534,6 +534,9 @@ def _records_of_result(path: Path, machine: str, result, benchmarks: dict[str, B
             params = tuple((k, unquote(v)) for k, v in zip(info.param_names, combo))
             if value is not None and not isinstance(value, (int, float)):
                 raise ResultsError(f"{path}: malformed result for {name}{combo}: value {value!r} is not a number")
+            if info.unit == "seconds" and value is not None and not (0 < value < math.inf or math.isnan(value)):
+                # every reader divides by a time: 0 s or below, or forever, is no figure of a call
+                raise ResultsError(f"{path}: malformed result for {name}{combo}: {value!r} s is not a time")
             if not isinstance(st, (dict, type(None))) or not isinstance(smp, (list, type(None))):
                 raise ResultsError(f"{path}: malformed statistics or samples for {name}{combo}")
             records.append(Record(
