@@ -144,6 +144,11 @@ def test_newly_failing_cell_fails_the_gate(results):
     assert report.exit_code == 1
     assert labels(report.new_failures) == ["Grid.track_cold(impl=eager, dtype=float32, numel=65536)"]
     assert "NEW FAILURES" in report.format() and "failed" in report.format()
+    # A cell that could not run at base (skipped) and fails at head is a new failure too, said so.
+    fx.edit_cell(results, fx.COMMIT_2, *COLD_EAGER, skip=True)
+    report = gate(results, fx.COMMIT_2, fx.COMMIT_3)
+    assert report.exit_code == 1 and [c.why for c in report.new_failures] == ["skipped at base"]
+    assert "(skipped at base)" in report.format()
 
 
 def test_a_newly_skipped_cell_fails_unless_allowed(results):

@@ -177,7 +177,8 @@ class GateReport:
         if self.contradicted:
             lines += ["", f"CONTRADICTED: the re-measurement clears all {len(self.flagged)} flagged cells: {CONTRADICTED_WHY}"]
         lines += _table("UNCONFIRMED (flagged at first, not again on re-measurement: not failing)", self.unconfirmed)
-        lines += _table("NEW FAILURES (ok at base, failed at head; see the asv log)", self.new_failures)
+        lines += _table("NEW FAILURES (failed at head, ok at base unless said; see the asv log)", self.new_failures,
+                        show_why=True)
         lines += _table("VANISHED (ok at base, no result at head: skipped, missing, renamed or benchmark gone)",
                         self.vanished)
         lines += _table(f"MISSING ({MISSING_WHY})", self.missing, limit=50, show_why=True)

@@ -325,6 +325,8 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
                     replace(change, why=f"{b.status} at base"))
             elif b.status == FAILED:
                 out.failed_at_base.append(change)
+            elif h is not None and h.status == FAILED:  # could not run at base; at head it runs and fails
+                out.new_failures.append(replace(change, why="skipped at base"))
             continue
         out.base_cells += 1
         if h is None or h.status == SKIPPED:
