@@ -512,15 +512,15 @@ def test_the_model_learned_does_not_depend_on_the_clone(monkeypatch, tmp_path):
 # --- what moves everything, and what differs beneath ------------------------------------------------
 
 
-def _everything_on_box_b(results: Path, scale_of) -> str:
-    """An A/A of commit 3 on a second box whose cells are scaled by ``scale_of(impl)`` (hot and cold)."""
+def _everything_on_box_b(results: Path, scale_of, modes: tuple[str, ...] = ("hot", "cold")) -> str:
+    """An A/A of commit 3 on a second box whose cells of ``modes`` are scaled by ``scale_of(impl)``."""
     other = fx.copy_machine(results, "box-b").name
     path = fx.result_file(results, fx.COMMIT_3, other)
     data = json.loads(path.read_text())
     columns = data["result_columns"]
     benchmarks = json.loads((results / "benchmarks.json").read_text())
     for name, row in data["results"].items():
-        if not name.endswith(("track_hot", "track_cold")):
+        if not name.endswith(tuple(f"track_{mode}" for mode in modes)):
             continue
         names = benchmarks[name]["param_names"]
         row += [None] * (len(columns) - len(row))
@@ -549,6 +549,17 @@ def test_a_slowdown_that_moves_everything_fails_instead_of_reading_as_improvemen
     assert not [c for c in report.improvements if "impl=compile" in c.label]  # the untouched are not "faster"
     assert "references moved beyond a box" in report.summary()
     assert any("not taken out" in n for n in report.notes())
+
+
+def test_under_gate_launch_a_move_of_everything_fails_in_launch_too(results):
+    """--gate-launch gates launch cells, so a move beyond how far a box moves is left in them as in hot
+    and cold (it was taken out of launch cells however large: 1.5x everything passed there)."""
+    other = _everything_on_box_b(results, lambda impl: 1.5, modes=("hot", "launch"))
+    report = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine=other, gate_launch=1.2)
+    assert report.exit_code == 1 and {key.split()[0] for key in report.stack_moves} >= {"hot", "launch"}
+    assert any("track_launch" in c.benchmark for c in report.regressions)
+    plain = gate(results, fx.COMMIT_3, fx.COMMIT_3, base_machine=fx.MACHINE, head_machine=other)
+    assert "launch" not in {key.split()[0] for key in plain.stack_moves}  # not gated: only reported
 
 
 def test_the_references_alone_moving_is_reported_and_judged(results):

@@ -308,10 +308,11 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
             count_work: bool = True) -> Findings:
     """Sort two commits' measurements into regressions, new failures, vanished, unjudged, not gated,
     improvements, repicked.  ``rule_for(base measurement, gated)`` is a cell's rule in a comparison
-    of ``gated`` gated cells; ``bounds`` how far a box moves per (mode, band) (a log; None: any move
-    is a box's); ``work(cell)`` how a cell's work changed ("" the same, None: not known), where the
-    comparison counted it (a compare's DIR/work.json), else the counters the sides recorded say;
-    ``count_work`` False: no cell's work is known (the sides ran other software)."""
+    of ``gated`` gated cells; ``bounds`` how far a box moves per (mode, band) (a log, held to in the
+    modes whose cells are gated; None: any move is a box's); ``work(cell)`` how a cell's work changed
+    ("" the same, None: not known), where the comparison counted it (a compare's DIR/work.json), else
+    the counters the sides recorded say; ``count_work`` False: no cell's work is known (the sides ran
+    other software)."""
     out = Findings()
     comparable: list[tuple[Measurement, Measurement, Change]] = []
     allowed = lambda change: any(fnmatch.fnmatchcase(change.label.split(" -> ")[0], p) for p in allow_missing)  # noqa: E731
@@ -351,8 +352,9 @@ def compare(base: Sequence[Measurement], head: Sequence[Measurement], rule_for: 
                            if rules[id(b)].gated and b.cell.timing_mode is not None and works[id(b)])
     moves = reference_moves(((b, h) for b, h, _ in comparable), band_of, paired,
                             bands=sorted({band_of(b.cell) for b, _, _ in comparable}))
+    gated_modes = {b.cell.timing_mode for b, _, _ in comparable if rules[id(b)].gated}  # launch too, when asked
     for key, moved in moves.items():
-        limit = bounds.get(key, math.inf) if bounds is not None and key[0] in GATED_MODES else math.inf
+        limit = bounds.get(key, math.inf) if bounds is not None and key[0] in gated_modes else math.inf
         if abs(moved) <= limit:
             out.offsets[key] = moved
         else:
