@@ -203,7 +203,7 @@ def test_publish_without_results_or_with_an_option_asv_refuses_is_one_line(tmp_p
              "nothing to publish", "benchmarks.json")
     conf = _asv_config(tmp_path, fx.copy_results(tmp_path / "results"))
     refused(["publish", "--config", str(conf), "--", "--bogus-option"], capsys,
-             "asv publish failed", "--bogus-option")
+             "asv publish", "unrecognized arguments: --bogus-option")
     assert not (tmp_path / "html").exists()
 
 

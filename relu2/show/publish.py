@@ -84,7 +84,7 @@ def html_dir(asv_args: list[str], configured: str) -> Path:
     except SystemExit:
         why = [line for line in said.getvalue().splitlines() if line.strip()]
         raise UsageError(f"asv publish {' '.join(asv_args)}: {why[-1] if why else 'not its arguments'}") from None
-    if parsed.config != "asv.conf.json":  # asv's default: none given
+    if parsed.config is not None:
         raise UsageError("give the configuration as relu2 publish --config FILE, not among asv's arguments")
     return Path(parsed.html_dir or configured)
 
