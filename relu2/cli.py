@@ -406,8 +406,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
         except (KeyError, TypeError, AttributeError, ValueError) as e:
             return _fail("confirm", f"{args.from_gate}: not a relu2 gate JSON report ({type(e).__name__}: {e})")
     if not_cells:
-        print(f"relu2 confirm: not re-measured: {', '.join(not_cells)} (a summary over Grid cells, not one cell; "
-              "the gate still fails on it: confirm the cells it summarises with --cell)", file=sys.stderr)
+        print(f"relu2 confirm: not re-measured: {', '.join(not_cells)} (not one cell's time: a summary "
+              "over Grid cells or a memory figure; the gate still fails on it: confirm the cells behind it with --cell)", file=sys.stderr)
     if not targets:
         if not_cells:  # only summaries: named above, work not done
             print("relu2 confirm: nothing else to re-measure: the gate report flags no cell")
@@ -780,7 +780,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gate-launch", type=_number(float, 1.0, strict=False), default=None, metavar="RATIO",
                    help="gate the launch mode too, at this ratio (default: reported, not gated)")
     p.add_argument("--allow-missing", action="append", default=[], metavar="PATTERN",
-                   help="cells allowed to vanish at HEAD: an fnmatch pattern of the cell's label, e.g. "
+                   help="cells allowed to vanish at HEAD, or to be measured there without a base figure (unjudged): "
+                   "an fnmatch pattern of the cell's label, e.g. "
                    "'ModelShapes.*' or '*impl=triton*' (repeatable)")
     p.add_argument("--confirmed", metavar="FILE", default=None,
                    help="a re-measurement of the flagged cells (JSON: base, head, cells with base_rounds and "

@@ -38,7 +38,7 @@ def cross_box_seen(results_dirs: Sequence[str], exclude_boxes: Sequence[str] = (
     gpus = [r.gpu for r in runs if noise.is_gpu(r.gpu)]
     if not gpus:
         raise ResultsError("no GPU runs to learn from (a CPU machine's cross-box timings are not gated)")
-    gpu = max(set(gpus), key=gpus.count)
+    gpu = max(sorted(set(gpus)), key=gpus.count)  # a tie goes to the first by name, the same every run
     mine = [r for r in runs if r.gpu == gpu]
     l2 = next((r.l2_bytes for r in mine if r.l2_bytes), None)
     if l2 is None:

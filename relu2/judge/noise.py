@@ -157,7 +157,7 @@ class NoiseModel:
     floor_s: float = DEFAULT_FLOOR_S
     fits: tuple[GroupFit, ...] = ()
     bounds: Mapping[str, float] = field(default_factory=dict)  # "mode|band" -> how far a box moves (log)
-    widths: Mapping[str, float] = field(default_factory=dict)  # width_key -> median log(max/min) of rounds
+    widths: Mapping[str, float] = field(default_factory=dict)  # width_key -> log spread of its rounds (widths_of)
     repick_bound: float = REPICK_BOUND  # the raw ratio an autotuned repick may move (beyond: a regression)
     sources: tuple[str, ...] = ()
     command: str = ""

@@ -104,7 +104,8 @@ class GateReport:
     @property
     def exit_code(self) -> int:
         """1 when head regressed, newly fails or lost a cell somewhere (vanished, or missing from the plan),
-        a re-measurement contradicts the first pass, or nothing was compared; else 0."""
+        measured a cell the base has no figure for (unjudged), a re-measurement contradicts the first pass,
+        or nothing was compared; else 0."""
         return 1 if (self.regressions or self.new_failures or self.vanished or self.unjudged or self.missing
                      or self.contradicted or self.nothing_compared) else 0
 
