@@ -383,7 +383,10 @@ def _same_commits(report: dict, base: str, head: str, repo: str | None, what: st
     against commits it never saw)."""
     where = _repo(repo)
     for side, ref in (("base", base), ("head", head)):
-        recorded = str((report.get(side) or {}).get("commit") or "")
+        entry = report.get(side) or {}
+        if not isinstance(entry, dict):
+            raise UsageError(f"{what}: not a relu2 gate JSON report (its {side} is not an object)")
+        recorded = str(entry.get("commit") or "")
         sha = git.try_resolve(ref, where) if where else None
         if recorded and sha and not (sha.startswith(recorded) or recorded.startswith(sha)):
             raise UsageError(f"{what} judged {side} {recorded[:8]}, not {ref} ({sha[:8]}): give the "
@@ -425,8 +428,12 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     quiet.before_measuring("relu2 confirm", args.require_idle, gpu=device == "cuda")  # UsageError: exit 2
     with lifecycle.guard("relu2 confirm", lambda: f"nothing was written{' to ' + args.out if args.out else ''} "
                          "(the rounds are written once all are measured)"):
-        report = confirm.confirm(repo, args.base, args.head, targets, args.rounds, device,
-                                 progress=not args.no_progress, machine=args.machine or "")
+        try:
+            report = confirm.confirm(repo, args.base, args.head, targets, args.rounds, device,
+                                     progress=not args.no_progress, machine=args.machine or "")
+        except RuntimeError as e:  # a round's process died: work not done, not bad input
+            print(f"relu2 confirm: {e}; nothing was written", file=sys.stderr)
+            return 1
     if args.out:
         atomic_write_text(args.out, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
     print(confirm.format_confirmation(report))
@@ -453,11 +460,15 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         return _fail("bisect", f"{args.repo or Path.cwd()}: not a git checkout (name the repository with --repo)")
     progress = None if args.no_progress else (lambda line: print(line, file=sys.stderr, flush=True))
     # Its worktrees, builds and rounds end with it on Ctrl-C; the steps measured are in the state file.
-    with lifecycle.guard("relu2 bisect", lambda: "the steps measured so far are kept in its state file: the same "
-                                                 "command resumes"):
-        report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
-                            state=Path(args.state) if args.state else None,
-                            device=machine.resolve_device(args.device), progress=progress)
+    kept = "the steps measured so far are kept in its state file: the same command resumes"
+    with lifecycle.guard("relu2 bisect", lambda: kept):
+        try:
+            report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
+                                state=Path(args.state) if args.state else None,
+                                device=machine.resolve_device(args.device), progress=progress)
+        except RuntimeError as e:  # step 0's round died (a probe's is skipped): work not done, not bad input
+            print(f"relu2 bisect: {e}; {kept}", file=sys.stderr)
+            return 1
     if args.format == "json":
         print(json.dumps(report.as_json(), indent=2, allow_nan=False))
     else:

@@ -152,6 +152,14 @@ def test_confirm_names_a_flagged_summary_it_cannot_measure(tmp_path, capsys):
     assert "flags no cell" in out
 
 
+def test_confirm_refuses_a_gate_report_whose_sides_are_not_objects(tmp_path, capsys):
+    report = tmp_path / "gate.json"
+    report.write_text('{"regressions": [], "base": "x"}')
+    assert cli.main(["confirm", "HEAD~1", "HEAD", "--from-gate", str(report)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a relu2 gate JSON report (its base is not an object)" in err[0]
+
+
 def test_publish_without_a_configuration_is_one_line(tmp_path, capsys):
     assert cli.main(["publish", "--config", str(tmp_path / "nope.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -586,9 +586,11 @@ def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Or
             raise Unmeasurable(why)
         try:
             before = compared(good, probe, cells, rounds)
+            after = compared(probe, bad, cells, rounds)
         except UsageError as e:  # the probe does not install, or cannot run a cell's implementation here
             raise Unmeasurable(_unmeasurable(str(e))) from None
-        after = compared(probe, bad, cells, rounds)
+        except RuntimeError as e:  # a round's process died (out of memory, a crash): skipped, as git bisect skip
+            raise Unmeasurable(str(e)) from None
         return {cell: [*before[cell], *after[cell]] for cell in cells}
 
     return oracle
