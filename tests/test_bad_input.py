@@ -216,6 +216,21 @@ def test_asv_run_of_a_bad_ref_is_one_line_and_records_no_machine(tmp_path, capsy
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("machine_file", [None, '{"nosuchbox": {"machine": "nosuchbox"', "[]", '{"a": 1}'])
+def test_asv_run_refuses_an_unbalanced_range_or_a_damaged_machine_file_in_one_line(tmp_path, capsys, monkeypatch,
+                                                                                  machine_file):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(fx.FIXTURE_DIR.parents[1])
+    if machine_file is None:
+        refused(["asv", "run", "--machine", "nosuchbox", "HEAD~1..HEAD'"], capsys, "not a range of commits",
+                "No closing quotation")
+        assert list(tmp_path.iterdir()) == []
+        return
+    (tmp_path / ".asv-machine.json").write_text(machine_file)  # cut short by a kill, or not asv's
+    refused(["asv", "run", "--machine", "nosuchbox", "HEAD~1..HEAD"], capsys, ".asv-machine.json", "mend or remove it")
+    assert (tmp_path / ".asv-machine.json").read_text() == machine_file
+
+
 # --- issue 31, item 3: a reader never exits 0 for a folder it could not read ---------------------
 
 

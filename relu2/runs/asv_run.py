@@ -147,7 +147,7 @@ def record_machine(name: str | None, path: str | None = None, extra: dict[str, s
 
     path = path or MachineCollection.get_machine_file_path()
     name = name or Machine.get_unique_machine_name()
-    data = json.loads(Path(path).read_text(encoding="utf-8")) if os.path.isfile(path) else {}
+    data = read_machine_file(path)
     entry = data.get(name) or {**Machine.get_defaults(), "machine": name}
     entry.update(machine_info())
     entry.update(extra or {})
@@ -155,6 +155,21 @@ def record_machine(name: str | None, path: str | None = None, extra: dict[str, s
     data["version"] = MachineCollection.api_version
     atomic_write_text(path, json.dumps(data, indent=4, sort_keys=True))
     return name
+
+
+def read_machine_file(path: str | None = None) -> dict:
+    """asv's machine file (``~/.asv-machine.json``; {} when there is none); UsageError naming it when it
+    does not read as one (asv writes it in place: a run killed mid-write leaves it cut short)."""
+    from asv.machine import MachineCollection
+
+    path = path or MachineCollection.get_machine_file_path()
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8")) if os.path.isfile(path) else {}
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: asv's machine file does not read ({e}): mend or remove it") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for k, v in data.items() if k != "version"):
+        raise UsageError(f"{path}: not asv's machine file (an object of machines by name): mend or remove it")
+    return data
 
 
 ENV_INSTRUMENT = "RELU2_INSTRUMENT"  # the folder holding the instrument's copy (benchmarks/ reads it)
@@ -203,6 +218,8 @@ def check_asv_arguments(argv: Sequence[str]) -> str | None:
     if machine is not None:
         name_part(machine)
         check_label(machine)
+    if argv[0] == "run":
+        read_machine_file()  # the run records its machine there once measured: refused now, not then
     python = _option(argv, "--python")
     if python and python != "same" and not (os.path.isfile(python) or shutil.which(python)
                                             or shutil.which(f"python{python}")):
@@ -682,7 +699,11 @@ def _check_range(repo_dir: str, range_spec: str | None) -> None:
     failed ``git rev-list`` call, then raise)."""
     if range_spec is None or range_spec in _RANGE_WORDS or range_spec.startswith("HASHFILE:"):
         return
-    proc = git.run(repo_dir, "rev-list", "--first-parent", *shlex.split(range_spec), "--", check=False)
+    try:
+        words = shlex.split(range_spec)  # as asv splits it for git rev-list
+    except ValueError as e:
+        raise UsageError(f"{range_spec!r} is not a range of commits ({e})") from None
+    proc = git.run(repo_dir, "rev-list", "--first-parent", *words, "--", check=False)
     if proc.returncode not in (0, 1):  # asv's own accepted codes
         said = [line for line in proc.stderr.splitlines() if line.strip()]
         raise UsageError(f"{range_spec!r} is not a range of commits of {os.path.abspath(repo_dir)}"
