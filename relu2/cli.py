@@ -541,8 +541,9 @@ def cmd_counters(args: argparse.Namespace) -> int:
     counted = counters.count(cells, launches=args.launches)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "counters.json").write_text(json.dumps(work.report_json(counted), indent=1))
-        (out / "ncu.csv").write_text(counted.raw_csv)
+        # whole or absent, the raw output first: a folder with counters.json is one its readers can trust
+        atomic_write_text(out / "ncu.csv", counted.raw_csv)
+        atomic_write_text(out / "counters.json", json.dumps(work.report_json(counted), indent=1))
     except OSError as e:
         raise WriteError(f"cannot write {out}: {e.strerror}") from None
     print(counters.format_table(counted))
