@@ -137,6 +137,17 @@ def test_asv_run_refuses_a_machine_name_that_is_a_path(machine, at_root, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_asv_run_repo_refuses_a_project_name_that_is_a_path(at_root, tmp_path, capsys):
+    # the measured checkout's [project] name becomes .asv/<name>/ here: ".." would write ./asv.conf.json
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "pyproject.toml").write_text('[project]\nname = ".."\n')
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    before = _digest(ROOT / "asv.conf.json")
+    refused(["asv", "run", "--repo", str(other), "HEAD^!"], capsys, "[project] name", "a name, not a path")
+    assert _digest(ROOT / "asv.conf.json") == before
+
+
 def test_name_part_takes_plain_names():
     assert outputs.name_part("h200-j") == "h200-j"
     assert outputs.name_part("cpu_2core.local") == "cpu_2core.local"

@@ -528,6 +528,7 @@ def external_config(repo: str | os.PathLike, base_config: str = "asv.conf.json")
         project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
     except (OSError, KeyError, tomllib.TOMLDecodeError) as e:
         raise UsageError(f"{root / 'pyproject.toml'}: no [project] name to measure ({type(e).__name__})") from None
+    name_part(str(project), f"{root / 'pyproject.toml'}'s [project] name")  # it names a folder under .asv/
     branch = git.try_output(root, "rev-parse", "--abbrev-ref", "HEAD") or "main"
     here = Path(base_config).resolve().parent
     conf = json.loads(Path(base_config).read_text(encoding="utf-8"))
