@@ -142,6 +142,17 @@ def test_unknown_machine_and_missing_folder():
         load_rows(fx.RESULTS / "missing")
 
 
+def test_a_machine_folder_copied_by_hand_under_another_name_is_named_not_read_twice(tmp_path):
+    # Its machine.json keeps the old name: the commits only in the copy were lost, the others read twice.
+    import shutil
+
+    results = fx.copy_results(tmp_path / "results")
+    shutil.copytree(results / fx.MACHINE, results / "box-2")
+    fx.result_file(results, fx.COMMIT_1).unlink()
+    with pytest.raises(ResultsError, match=f"machine '{fx.MACHINE}' is recorded by several folders: box-2, {fx.MACHINE}"):
+        load_measurements(results)
+
+
 @pytest.mark.parametrize("content", ["{not json", "[1, 2, 3]", '{"version": 2, "hello": "world"}',
                                      '{"version": 99}'])
 def test_malformed_or_foreign_result_file_names_the_file(tmp_path, content):

@@ -378,13 +378,17 @@ def machines(results_dir: str | os.PathLike) -> list[str]:
     """
     root = _check_dir(results_dir)
     _, _, _, Machine = _asv()
-    names = []
+    folders: dict[str, list[str]] = {}
     for sub in sorted(p for p in root.iterdir() if p.is_dir()):
         machine_json = sub / "machine.json"
         if machine_json.is_file() and any(p.name not in _NOT_RESULT_FILES for p in sub.glob("*.json")):
             data = _load_json(machine_json, Machine.api_version)
-            names.append(str(data.get("machine", sub.name)))
-    return names
+            folders.setdefault(str(data.get("machine", sub.name)), []).append(sub.name)
+    for name, subs in folders.items():
+        if len(subs) > 1:  # one name read twice, or one folder's results lost: neither is said
+            raise ResultsError(f"{root}: machine {name!r} is recorded by several folders: {', '.join(subs)} "
+                               "(a folder copied by hand keeps the name in its machine.json: rename it there)")
+    return list(folders)
 
 
 def _result_files(results_dir: Path, machine: str) -> list[Path]:
