@@ -211,3 +211,22 @@ def test_a_copy_far_above_the_rest_stays_inside_its_panel(rows, tmp_path, monkey
         for (lo, hi), ys in drawn[stem]:
             assert ys and max(ys) <= hi and (stem == "latency" or min(ys) >= lo), stem
     assert any(ceiling in ys for _, ys in drawn["bandwidth"])  # the ceiling is drawn, inside
+
+
+def test_the_tokens_axis_counts_tokens_at_a_routed_experts_width(rows, tmp_path, monkeypatch):
+    # A routed expert's input has top_k rows a token (schema.activation_shape): its panel's x is tokens.
+    from relu2.vocab.schema import ROUTED_TOP_K, activation_shape, format_shape
+
+    width, top_k = next(iter(ROUTED_TOP_K.items()))
+    template = plot.token_rows(r for r in rows if r.status == "ok")[0]
+    routed = [dataclasses.replace(template, shape=format_shape(activation_shape(t, width)), numel=t * top_k * width)
+              for t in (1, 64)]
+    drawn = {}
+
+    def keep(fig, out_dir, stem):
+        drawn.update({ax.get_title(): [list(line.get_xdata()) for line in ax.get_lines()] for ax in fig.axes})
+        return []
+
+    monkeypatch.setattr(plot, "_save", keep)
+    plot.plot_tokens(routed, tmp_path, mode=template.mode, dtype=template.dtype)
+    assert drawn == {f"width {width:,} ({top_k} rows a token)": [[1, 64]]}

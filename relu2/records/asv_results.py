@@ -15,7 +15,8 @@ understands is a format this module understands.  What asv cannot tell us is wha
   values are the ``repr`` strings asv stores, unquoted;
 * a benchmark name and its parameters are decoded by ``relu2.records.asv_names`` (the dtype of a token
   suite, which records none, included); size comes from ``numel`` (shape ``(numel // 4096, 4096)`` when numel is a whole
-  number of 4096-wide rows, else ``(numel,)``) or from ``tokens`` x ``hidden`` (shape ``(tokens, hidden)``);
+  number of 4096-wide rows, else ``(numel,)``) or from ``tokens`` x ``hidden`` (``relu2.vocab.schema.activation_shape``: ``(tokens, hidden)``, top_k
+  rows a token at a routed expert's width);
 * asv stores a failed cell as null and a skipped one (setup raised NotImplementedError) as NaN.
 
 Anything unreadable raises ``ResultsError`` with the offending file in the message.

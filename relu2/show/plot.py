@@ -33,8 +33,8 @@ from relu2.records.rows import Row  # noqa: E402
 from relu2.show.table import speedups as by_id  # noqa: E402
 from relu2.vocab import schema  # noqa: E402  (read at call time: the modes are the schema's MODES)
 from relu2.vocab.errors import UsageError  # noqa: E402
-from relu2.vocab.schema import (BASELINE, OK, ROOFLINE, STATUSES, dtype_order, impl_order, impl_style,  # noqa: E402
-                                is_grid_shape, parse_shape)
+from relu2.vocab.schema import (BASELINE, OK, ROOFLINE, ROUTED_TOP_K, STATUSES, dtype_order, impl_order,  # noqa: E402
+                                impl_style, is_grid_shape, parse_shape)
 from relu2.vocab.schema import mode as mode_of  # noqa: E402
 
 DPI = 150
@@ -467,15 +467,16 @@ def plot_tokens(rows: Sequence[Row], out_dir: str | os.PathLike, mode: str = "ho
     flat = [ax for line in axes for ax in line]
     for ax, width in zip(flat, widths):
         sub = by_width[width]
+        per_token = ROUTED_TOP_K.get(width, 1)  # a routed expert's input has top_k rows a token
         for impl in impl_order(r.impl for r in sub):
-            pts = sorted({parse_shape(r.shape)[0]: r.median_s * 1e6 for r in sub if r.impl == impl}.items())
+            pts = sorted({parse_shape(r.shape)[0] // per_token: r.median_s * 1e6 for r in sub if r.impl == impl}.items())
             style = impl_style(impl, {r.impl for r in rows})
             ax.plot([t for t, _ in pts], [v for _, v in pts], color=style.colour, marker=style.marker,
                     markersize=4, linewidth=1.4, linestyle=mode_of(mode).linestyle)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
         _log_y(ax)
-        ax.set_title(f"width {width:,}", fontsize=10)
+        ax.set_title(f"width {width:,}" + (f" ({per_token} rows a token)" if per_token > 1 else ""), fontsize=10)
         ax.set_xlabel("tokens")
     for ax in flat[len(widths):]:
         ax.axis("off")
