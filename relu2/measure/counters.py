@@ -5,7 +5,7 @@ software stack, the instructions a kernel executes, its global load and store in
 launch (grid, block, registers) are the same to the last unit in every run: a cell whose counters
 changed ran a different kernel, whatever its timings say, and one whose counters did not ran the
 same one.  docs/methodology.md ("Work counters") says which counters were measured exact on the H200
-and how; ``COUNTERS`` marks them.
+and how; ``relu2.vocab.schema.COUNTERS`` marks them.
 
 How a cell is counted.  One child process measures every cell asked for under ``ncu
 --profile-from-start off``: each implementation is warmed up outside the profiled ranges (its
