@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import io
 import itertools
 import json
 import math
@@ -62,7 +61,7 @@ from typing import Any, Iterator, Sequence
 
 import relu2
 from relu2.host import busy as quiet
-from relu2.host import git, lifecycle
+from relu2.host import asv_cli, git, lifecycle
 from relu2.host.files import atomic_write_text
 from relu2.host.machine import check_label, machine_info
 from relu2.host.outputs import name_part
@@ -203,17 +202,9 @@ def check_asv_arguments(argv: Sequence[str]) -> str | None:
     a machine name that is a path (or names another GPU), a --python that names no interpreter, a
     --bench that matches no benchmark of the suites, a range that holds no commit.  Returns the machine
     name asked for, as asv's parser read it (``--machine``, ``-m`` or an abbreviation), or None."""
-    from asv.commands import make_argparser
     from asv.config import Config
 
-    parser, _ = make_argparser()
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(said):
-            args = parser.parse_args(list(argv))
-    except SystemExit:
-        lines = [ln for ln in said.getvalue().splitlines() if ln.strip()]
-        raise UsageError(f"asv {argv[0]}: {lines[-1].split(': error: ', 1)[-1] if lines else 'bad options'}") from None
+    args = asv_cli.parse(argv)
     machine = getattr(args, "machine", None)
     if machine is not None:
         name_part(machine)

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from relu2.host import asv_cli
 from relu2.host.files import atomic_write_text
 from relu2.host.machine import is_cpu_machine
 from relu2.host.outputs import claim_replaced_dir
@@ -71,19 +72,7 @@ def html_dir(asv_args: list[str], configured: str) -> Path:
     unambiguous prefix of ``--html-dir``: a folder missed here is one asv empties unchecked); else the
     configuration's.  UsageError for arguments asv would refuse, or a ``--config`` of its own (the html
     folder would be another configuration's)."""
-    import contextlib
-    import io
-
-    from asv.commands import make_argparser
-
-    parser, _ = make_argparser()
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(said):
-            parsed = parser.parse_args(["publish", *asv_args])
-    except SystemExit:
-        why = [line for line in said.getvalue().splitlines() if line.strip()]
-        raise UsageError(f"asv publish {' '.join(asv_args)}: {why[-1] if why else 'not its arguments'}") from None
+    parsed = asv_cli.parse(["publish", *asv_args])
     if parsed.config is not None:
         raise UsageError("give the configuration as relu2 publish --config FILE, not among asv's arguments")
     return Path(parsed.html_dir or configured)
