@@ -26,6 +26,7 @@ from relu2.host import busy as quiet
 from relu2.host import git, lifecycle, machine, outputs
 from relu2.host.files import atomic_write_text
 from relu2.host.outputs import name_part
+from relu2.host.proc import ProcessFailed
 from relu2.judge import gate, learn, noise
 from relu2.judge.report import format_spread
 from relu2.measure import counters, sweep
@@ -357,13 +358,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 else "nothing was written")
 
     with lifecycle.guard("relu2 compare", saved):
-        try:
-            compare.measure(args.base, args.head, out, repo=args.repo, suites=args.suites, rounds=args.rounds,
-                            machine=args.machine, device=args.device, require_idle=args.require_idle,
-                            resume=args.resume)
-        except RuntimeError as e:  # a round's process died: work not done, not bad input
-            print(f"relu2 compare: {e}; {saved()}", file=sys.stderr)
-            return 1
+        compare.measure(args.base, args.head, out, repo=args.repo, suites=args.suites, rounds=args.rounds,
+                        machine=args.machine, device=args.device, require_idle=args.require_idle,
+                        resume=args.resume)
     if args.measure_only:
         print(f"relu2 compare: measured, not judged (--measure-only): relu2 gate --compare {out}")
         return 0
@@ -428,12 +425,8 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     quiet.before_measuring("relu2 confirm", args.require_idle, gpu=device == "cuda")  # UsageError: exit 2
     with lifecycle.guard("relu2 confirm", lambda: f"nothing was written{' to ' + args.out if args.out else ''} "
                          "(the rounds are written once all are measured)"):
-        try:
-            report = confirm.confirm(repo, args.base, args.head, targets, args.rounds, device,
-                                     progress=not args.no_progress, machine=args.machine or "")
-        except RuntimeError as e:  # a round's process died: work not done, not bad input
-            print(f"relu2 confirm: {e}; nothing was written", file=sys.stderr)
-            return 1
+        report = confirm.confirm(repo, args.base, args.head, targets, args.rounds, device,
+                                 progress=not args.no_progress, machine=args.machine or "")
     if args.out:
         atomic_write_text(args.out, json.dumps(report, indent=2, allow_nan=False, default=str) + "\n")
     print(confirm.format_confirmation(report))
@@ -460,15 +453,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         return _fail("bisect", f"{args.repo or Path.cwd()}: not a git checkout (name the repository with --repo)")
     progress = None if args.no_progress else (lambda line: print(line, file=sys.stderr, flush=True))
     # Its worktrees, builds and rounds end with it on Ctrl-C; the steps measured are in the state file.
-    kept = "the steps measured so far are kept in its state file: the same command resumes"
-    with lifecycle.guard("relu2 bisect", lambda: kept):
-        try:
-            report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
-                                state=Path(args.state) if args.state else None,
-                                device=machine.resolve_device(args.device), progress=progress)
-        except RuntimeError as e:  # step 0's round died (a probe's is skipped): work not done, not bad input
-            print(f"relu2 bisect: {e}; {kept}", file=sys.stderr)
-            return 1
+    with lifecycle.guard("relu2 bisect", lambda: "the steps measured so far are kept in its state file: the same "
+                                                 "command resumes"):
+        report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
+                            state=Path(args.state) if args.state else None,
+                            device=machine.resolve_device(args.device), progress=progress)
     if args.format == "json":
         print(json.dumps(report.as_json(), indent=2, allow_nan=False))
     else:
@@ -1004,6 +993,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(e, "reported", False):  # relu2.host.lifecycle.guard has said what it stopped
             print("\ninterrupted", file=sys.stderr)
         return 130
+    except ProcessFailed as e:  # a child ended without its work (the guard added what is kept): not bad input
+        print(f"relu2 {args.command}: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         # The reader left (`relu2 gate | head`): no traceback, and not 0, since not all was written.
         # stdout goes to devnull so that the interpreter's own flush at exit cannot raise again.

@@ -575,22 +575,24 @@ def test_a_round_that_dies_skips_a_probe_and_ends_confirm_and_bisect_in_one_line
     """A round's process dying (out of memory, a crash) raised a traceback out of relu2 confirm and relu2
     bisect; a probe's is a skip, as git bisect skip; step 0's, or confirm's, is work not done: exit 1."""
     from relu2 import cli
+    from relu2.host.proc import ProcessFailed
     from relu2.runs import confirm
     from relu2.runs.confirm import parse_target
 
     def dies(*args, **kwargs):
-        raise RuntimeError("round 1 of base (abc12345) died: out of memory")
+        raise ProcessFailed("round 1 of base (abc12345) died: out of memory")
 
     monkeypatch.setattr(confirm, "confirm", dies)
     monkeypatch.setattr(bisect, "declared_implementations", lambda repo, commit: ({"fused"}, ""))
     oracle = bisect.confirm_oracle(Path("."), {"c": parse_target("fused:bfloat16:4096:hot")}, "cpu")
     with pytest.raises(bisect.Unmeasurable, match="died: out of memory"):
         oracle(["g", "p", "b"], ["c"], 3, 0)
-    with pytest.raises(RuntimeError):  # step 0: GOOD or BAD did not measure, no probe to skip
+    with pytest.raises(ProcessFailed):  # step 0: GOOD or BAD did not measure, no probe to skip
         oracle(["g", "b"], ["c"], 3, 0)
     assert cli.main(["confirm", "HEAD~1", "HEAD", "--cell", "fused:bfloat16:4096:hot"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == "relu2 confirm: round 1 of base (abc12345) died: out of memory; nothing was written"
+    assert err[-1] == ("relu2 confirm: round 1 of base (abc12345) died: out of memory; nothing was written (the rounds "
+                       "are written once all are measured)")
     monkeypatch.setattr(bisect, "run", dies)
     assert cli.main(["bisect", "HEAD~1", "HEAD", "--cell", "fused:bfloat16:4096:hot"]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import HAS_CUDA, ROOT, refused
 from relu2 import cli
+from relu2.host.proc import ProcessFailed
 from relu2.judge import noise
 from relu2.measure import timing
 from relu2.records import compare_folder
@@ -214,7 +215,7 @@ def test_a_stopped_compare_s_hint_to_resume_repeats_how_it_is_judged(tmp_path, c
     def stopped(base, head, out, **kw):
         Path(out).mkdir()
         (Path(out) / compare_folder.COMPARE_FILE).write_text("{}")
-        raise RuntimeError("round 2 of head: its process was stopped")
+        raise ProcessFailed("round 2 of head: its process was stopped")
 
     monkeypatch.setattr(compare, "measure", stopped)
     monkeypatch.setattr(compare, "check_judgeable", lambda *a, **kw: None)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from relu2.host.proc import Proc, descendants, parse_stat, process_table
+from relu2.host.proc import Proc, ProcessFailed, descendants, parse_stat, process_table
 
 MARK_PREFIX = "RELU2_RUN_"  # + a token per run; its value is the pid of the run's process
 GRACE_S = 3.0  # SIGTERM, then this long to leave through Python's exit, then SIGKILL
@@ -248,7 +248,8 @@ def say_saved(saved: Callable[[], str]) -> None:
 def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") -> Iterator[Run]:
     """Run the block as one run (see the module): interrupted, it ends every process it started and
     raises ``Interrupted`` (exit 130) after one line on stderr naming ``command``, the processes
-    stopped and ``saved()``.  Nested in a guarded run, it is that run."""
+    stopped and ``saved()``; a child that ended without its work (``ProcessFailed``) is raised again with
+    ``saved()`` added.  Nested in a guarded run, it is that run."""
     global _active
     if _active is not None:
         yield _active
@@ -292,6 +293,8 @@ def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") 
         yield run
     except KeyboardInterrupt:
         interrupted = True
+    except ProcessFailed as e:  # work not done: the command's one line says what is kept
+        raise ProcessFailed(f"{e}; {saved()}") from None
     finally:
         closing = True
         try:

@@ -114,6 +114,11 @@ def death_reason(exitcode: int | None) -> str:
     return f"exited with status {exitcode}"
 
 
+class ProcessFailed(RuntimeError):
+    """A child process the work needed ended without doing it (out of memory, a crash, a timeout): work
+    not done, not bad input.  The command says so in one line, with what was saved, and exits 1."""
+
+
 @dataclass(frozen=True)
 class Ended:
     """How a child ended: its exit status (None: stopped for its time limit), its output's last line."""

@@ -54,6 +54,7 @@ from relu2.host import git
 from relu2.host.files import atomic_write_text, finite
 from relu2.host.machine import gpu_name
 from relu2.host.outputs import claim_file
+from relu2.host.proc import ProcessFailed
 from relu2.judge import noise
 from relu2.judge.rule import FASTER, SAME, SLOWER, Rule, family_of, move, paired_figures, verdict_of
 from relu2.measure import counters
@@ -589,7 +590,7 @@ def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Or
             after = compared(probe, bad, cells, rounds)
         except UsageError as e:  # the probe does not install, or cannot run a cell's implementation here
             raise Unmeasurable(_unmeasurable(str(e))) from None
-        except RuntimeError as e:  # a round's process died (out of memory, a crash): skipped, as git bisect skip
+        except ProcessFailed as e:  # a round's process died (out of memory, a crash): skipped, as git bisect skip
             raise Unmeasurable(str(e)) from None
         return {cell: [*before[cell], *after[cell]] for cell in cells}
 

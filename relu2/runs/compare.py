@@ -58,7 +58,7 @@ from relu2.host import git
 from relu2.host.files import atomic_write_text
 from relu2.host.machine import gpu_name_apart, machine_info, resolve_device
 from relu2.host.outputs import claim_dir, name_part
-from relu2.host.proc import Ended, environ, run_child
+from relu2.host.proc import Ended, ProcessFailed, environ, run_child
 from relu2.judge import gate, noise
 from relu2.measure import counters, rounds, timing
 from relu2.measure.isolation import timeout_from_env
@@ -328,7 +328,7 @@ def measure_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, rounds: int, de
         ended = _child("round", request, side, ruler, scratch, ROUND_TIMEOUT_S,
                        **{ENV_CACHES: str(caches[name]), ENV_ROUNDS: "1"})
         if not ended.ok or not partial.is_file():
-            raise RuntimeError(f"round {r} of {name} ({side.commit[:8]}): its process {ended.why()}")
+            raise ProcessFailed(f"round {r} of {name} ({side.commit[:8]}): its process {ended.why()}")
         partial.replace(result)  # a round is kept whole or not at all
         out.rounds[name].append(result)
         out.seconds[name].append(time.perf_counter() - began)
@@ -415,7 +415,7 @@ def record_sides(b: Side, h: Side, ruler: Ruler, scratch: Path, done: Measured, 
         ended = dict(zip(SIDE_NAMES, pool.map(one, (b, h))))
     for name, e in ended.items():
         if not e.ok:
-            raise RuntimeError(f"writing the {name}'s results failed: its process {e.why()}")
+            raise ProcessFailed(f"writing the {name}'s results failed: its process {e.why()}")
     return json.loads(ended[SIDE_NAMES[-1]].tail).get("gpu", "")
 
 
@@ -558,7 +558,7 @@ def unsupported(side: Side, ruler: Ruler, scratch: Path, impls: Sequence[str], d
     try:
         answer = json.loads(ended.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        raise RuntimeError(f"{side.name} ({side.commit[:8]}): cannot list its implementations: its process "
+        raise ProcessFailed(f"{side.name} ({side.commit[:8]}): cannot list its implementations: its process "
                            f"{ended.why()}") from None
     return {name: why for name, why in answer.items() if why}
 
