@@ -152,11 +152,11 @@ def verdict_of(base: Figure, head: Figure, rule: Rule, paired: bool = False, off
     return FASTER if is_slower(head.scaled(math.exp(-offset)), base, rule, paired) else SAME
 
 
-def paired_figures(a: Sequence[float], b: Sequence[float]) -> tuple[Figure, Figure] | None:
+def paired_figures(a: Sequence[float], b: Sequence[float], least: int = 1) -> tuple[Figure, Figure] | None:
     """Two sides' rounds measured side by side (round i of each) as the paired verdict's figures; a
-    round either side lost (nan, 0) drops its pair; None without a pair."""
+    round either side lost (nan, 0) drops its pair; None with fewer than ``least`` pairs."""
     kept = [(x, y) for x, y in zip(a, b) if x > 0 and y > 0 and math.isfinite(x) and math.isfinite(y)]
-    if not kept:
+    if len(kept) < max(1, least):
         return None
     sides = [tuple(side) for side in zip(*kept)]
     return Figure(quantile(sides[0], 0.5), sides[0], True), Figure(quantile(sides[1], 0.5), sides[1], True)
@@ -425,8 +425,8 @@ def confirm(flagged: Sequence[Change], remeasured: Remeasurement, rule_of: Calla
     out = Confirmation([], [], [])
     for change in flagged:
         again = remeasured.find(change.benchmark, change.params)
-        figures = again and paired_figures(again.base_rounds, again.head_rounds)
-        if not figures or len(figures[0].samples) < MIN_ROUNDS:  # too few pairs is no evidence: it still fails
+        figures = again and paired_figures(again.base_rounds, again.head_rounds, MIN_ROUNDS)
+        if not figures:  # too few pairs is no evidence: it still fails
             out.not_remeasured.append(change)
             continue
         b, h = figures

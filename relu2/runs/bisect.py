@@ -85,8 +85,8 @@ def pair(a: Sequence[float], b: Sequence[float], factor: float) -> int | None:
     """How ``b`` compares with ``a``, round i of one measured beside round i of the other, by the gate's
     own rule (``relu2.judge.rule.verdict_of``, paired, at ``factor`` and the gate's floor): SLOWER,
     FASTER or SAME; UNCLEAR with fewer than MIN_ROUNDS pairs (measure more)."""
-    figures = paired_figures(a, b)
-    if figures is None or len(figures[0].samples) < MIN_ROUNDS:
+    figures = paired_figures(a, b, MIN_ROUNDS)
+    if figures is None:
         return UNCLEAR
     return verdict_of(*figures, Rule(True, factor, DEFAULT_FLOOR_S), paired=True)
 
