@@ -49,6 +49,23 @@ def test_every_marker_opens_a_launch_and_is_never_counted():
     assert all(MARKER not in k.name for w in launches for k in w.kernels)
 
 
+def test_a_cell_that_fails_mid_launch_costs_only_its_own_counts():
+    """The child lists each cell with the markers it launched: a launch cut short by an error is
+    dropped with its cell, and every later cell keeps its own launches (one failure once made ncu's
+    count disagree with the child's and lost every cell's counters)."""
+    run = DATA / "box-a" / "smoke"
+    recorded = read_report(run)
+    cells = list(recorded.works)
+    groups = split_launches(parse_ncu_csv(_csv(run)))
+    ran = [{"cell": c.to_json(), "markers": 2, "reason": None} for c in cells]
+    ran[1].update(markers=1, reason="RuntimeError: CUDA error: an illegal memory access")
+    counted = counters.attribute(ran, groups[:3] + groups[4:])
+    assert counted.failed == {cells[1]: "RuntimeError: CUDA error: an illegal memory access"}
+    assert counted.works == {c: recorded.works[c] for c in cells if c != cells[1]}
+    with pytest.raises(RuntimeError, match="ncu listed 12 profiled launches, the child made 11"):
+        counters.attribute(ran, groups)
+
+
 def test_exact_counters_are_identical_in_every_aa_run_and_launch():
     """The claim docs/methodology.md makes: across 5 runs on 2 boxes, 2 launches each, every exact
     counter of every kernel is the same in each cell that ran one kernel (autotuning picks aside)."""

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from relu2.host.proc import run_child
-from relu2.records.work import EXACT, METRICS, Counted, parse_ncu_csv, split_launches
+from relu2.records.work import EXACT, METRICS, Counted, Work, parse_ncu_csv, split_launches
 from relu2.vocab.schema import Cell
 
 ENV_NCU = "RELU2_NCU"  # the ncu executable (default: ncu on PATH, then the CUDA toolkit's)
@@ -87,17 +87,26 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0, e
         if not ended.ok or not done.exists():
             raise RuntimeError(f"ncu {ended.why()}")
         ran = json.loads(done.read_text())
-    counted = Counted(raw_csv=raw, seconds=time.perf_counter() - start)
-    groups = split_launches(parse_ncu_csv(raw))
-    expected = sum(len(entry["launches"]) for entry in ran["launched"])
+    return attribute(ran["cells"], split_launches(parse_ncu_csv(raw)), raw_csv=raw,
+                     seconds=time.perf_counter() - start)
+
+
+def attribute(ran: Sequence[dict], groups: Sequence[Work], raw_csv: str = "", seconds: float = 0.0) -> Counted:
+    """Give each cell the profiled launches the child made for it, in order: ``ran`` is the child's
+    list, one entry a cell with the markers it launched and, where it failed, why.  A failed cell's
+    groups (a launch cut short) are dropped, so the cells after it keep their own."""
+    expected = sum(entry["markers"] for entry in ran)
     if len(groups) != expected:
         raise RuntimeError(f"ncu listed {len(groups)} profiled launches, the child made {expected}")
+    counted = Counted(raw_csv=raw_csv, seconds=seconds)
     it = iter(groups)
-    for entry in ran["launched"]:
+    for entry in ran:
         cell = Cell.from_json(entry["cell"])
-        counted.works[cell] = [next(it) for _ in entry["launches"]]
-    for entry in ran["uncounted"]:
-        counted.failed[Cell.from_json(entry["cell"])] = entry["reason"]
+        works = [next(it) for _ in range(entry["markers"])]
+        if entry.get("reason") is not None:
+            counted.failed[cell] = entry["reason"]
+        else:
+            counted.works[cell] = works
     return counted
 
 
@@ -132,14 +141,16 @@ def _child(plan_path: str, done_path: str) -> int:
 
     plan = json.loads(Path(plan_path).read_text())
     launches = int(plan["launches"])
-    done: dict[str, list] = {"launched": [], "uncounted": []}
+    ran: list[dict] = []  # every cell in order: the markers it launched, and why it failed
     for data in plan["cells"]:
         cell = Cell.from_json(data)
+        entry = {"cell": data, "markers": 0, "reason": None}
+        ran.append(entry)
         try:
             impl = get(cell.impl)
             why = impl.reason if impl.broken else impl.why_not("cuda")
             if why:
-                done["uncounted"].append({"cell": data, "reason": why})
+                entry["reason"] = why
                 continue
             prepare_and_check(impl, cell, "cuda")  # the warm-up a timing gets: compiles, agreement
             generator = torch.Generator(device="cuda").manual_seed(SEED)
@@ -149,18 +160,20 @@ def _child(plan_path: str, done_path: str) -> int:
                 arg = x.clone() if impl.writes_input else x
                 torch.cuda.synchronize()
                 torch.cuda.profiler.start()
-                torch.cuda._sleep(1)
-                impl.fn(arg)
-                torch.cuda.synchronize()
-                torch.cuda.profiler.stop()
-            done["launched"].append({"cell": data, "launches": list(range(launches))})
+                try:  # a launch that raises must not leave the range open over the next cell's warm-up
+                    torch.cuda._sleep(1)
+                    entry["markers"] += 1
+                    impl.fn(arg)
+                    torch.cuda.synchronize()
+                finally:
+                    torch.cuda.profiler.stop()
             del x
         except AgreementError as e:
-            done["uncounted"].append({"cell": data, "reason": str(e)})
+            entry["reason"] = str(e)
         except Exception as e:  # noqa: BLE001  one cell's failure is recorded, the others are counted
-            done["uncounted"].append({"cell": data, "reason": describe(e)})
+            entry["reason"] = describe(e)
         free_memory("cuda", collect=False)
-    Path(done_path).write_text(json.dumps(done))
+    Path(done_path).write_text(json.dumps({"cells": ran}))
     return 0
 
 
