@@ -16,7 +16,7 @@ fresh input read 1.06-1.08 us, every later one 1.13-1.17 us.  So the level follo
 output's) address, which the caching allocator hands out differently from one process to the next.
 
 Here every figure is hot method 3's graph of one input as the instrument writes it out
-(``relu2.measure.timing._graph_replay_samples``: its length from five calls timed behind a GPU sleep,
+(``relu2.measure.timing.graph_replay_samples``: its length from five calls timed behind a GPU sleep,
 capped at 1000; the median of replays 2..10, ``graph_ms``), of fused (``relu_squared(x, out=)``) and of the copy kernel
 (``bitwise_or(.., out=)``), bf16 and fp32 at 2^10 elements, with both tensors placed by hand in one
 large allocation:
@@ -193,8 +193,8 @@ def first(path: str, burn: int, how: str) -> None:
 def graph_ms(call) -> tuple[float, int]:
     """Per call (ms) of a CUDA graph of ``call`` sized behind a GPU sleep, the median of replays 2..10
     (the instrument's written-out hot method 3), and the calls the graph held."""
-    from relu2.measure.timing import Budget, _graph_replay_samples
-    samples, calls = _graph_replay_samples(call, Budget(samples=10, sample_ms=2.0, max_calls=1000))
+    from relu2.measure.timing import Budget, graph_replay_samples
+    samples, calls = graph_replay_samples(call, Budget(samples=10, sample_ms=2.0, max_calls=1000))
     return 1e3 * st.median(samples[1:]), calls
 
 

@@ -216,7 +216,7 @@ def test_hot_without_triton_s_timer_checks_its_own_graph_too(monkeypatch, triton
         monkeypatch.setitem(sys.modules, "triton", old)
         monkeypatch.setitem(sys.modules, "triton.testing", old.testing)
     tries = [([3.6e-6] * 3, 4), ([1.3e-6] * 3, 150)]  # 14 µs of the 200 asked, then 195 µs
-    monkeypatch.setattr(timing, "_graph_replay_samples", lambda call, budget: tries.pop(0))
+    monkeypatch.setattr(timing, "graph_replay_samples", lambda call, budget: tries.pop(0))
     budget = Budget(samples=3, sample_ms=0.2, max_calls=16)
     assert timing._cuda_hot(lambda x: None, torch.ones(4), budget) == [1.3e-6] * 3
     assert not tries

@@ -346,11 +346,11 @@ def _hot_graph(step: Callable[[], None], budget: Budget) -> tuple[list[float], i
     try:
         from triton.testing import do_bench_cudagraph
     except ImportError:
-        return _graph_replay_samples(step, budget)
+        return graph_replay_samples(step, budget)
     try:
         return _triton_graph_samples(do_bench_cudagraph, step, budget)
     except AssertionError:  # a triton older than return_mode="all"
-        return _graph_replay_samples(step, budget)
+        return graph_replay_samples(step, budget)
 
 
 def _short_graph(samples: Sequence[float], calls: int, budget: Budget) -> bool:
@@ -389,7 +389,7 @@ def _triton_graph_samples(do_bench_cudagraph: Callable, step: Callable[[], None]
     return (samples[1:] if len(samples) > 2 else samples), captured
 
 
-def _graph_replay_samples(call: Callable[[], None], budget: Budget) -> tuple[list[float], int]:
+def graph_replay_samples(call: Callable[[], None], budget: Budget) -> tuple[list[float], int]:
     """``do_bench_cudagraph``'s method: replay a graph of n back-to-back calls; seconds per call and n,
     n from five calls timed behind a sleep of the GPU (as ``_cuda_hot`` has triton estimate it)."""
     import torch
