@@ -375,7 +375,9 @@ if [ -d "/tmp/relu2-repo/$RESULTS" ]; then
    echo "asv publish: ok" | tee -a "$LOG/summary.txt")
   relu2_with_asv export "/tmp/relu2-repo/$RESULTS" --out "$OUT/export.csv" --force  # a later run in one call exports again
 fi
-tar -C "$OUT" -czf "$OUT/logs.tgz" logs $(cd "$OUT" && ls -d sweep* 2>/dev/null)
+logs_tgz=$OUT/logs.tgz n=1  # a second run in one call keeps the first one's logs beside its own
+while [ -e "$logs_tgz" ]; do n=$((n + 1)); logs_tgz=$OUT/logs-$n.tgz; done
+tar -C "$OUT" -czf "$logs_tgz" logs $(cd "$OUT" && ls -d sweep* 2>/dev/null)
 step summary
 cat "$LOG/summary.txt"
 rm -rf "$LOG" "$OUT"/sweep*

@@ -485,6 +485,8 @@ LIVE_COMPARES = [
     ("compare-h100-2026-12-07-b/h100-main_planted_slow_fused_in_l2", 1, 9, 0, 60, 30, 30),  # hot method 4
     ("compare-h100-2026-12-07-c/h100-main_planted_slow_fused_8_blocks", 1, 24, 0, 60, 30, 30),  # hot method 4
     ("compare-h100-2026-12-07-c/h100-main_planted_scatter_fused_12", 1, 60, 0, 60, 30, 30),  # hot method 4
+    ("compare-h100-2026-12-07-d/h100-main_planted_slow_fused_8_blocks", 1, 25, 0, 60, 30, 30),  # hot method 4
+    ("compare-h100-2026-12-07-d/h100-main_planted_comment_only", 0, 0, 0, 0, 0, 0),  # hot method 4
 ]
 
 
