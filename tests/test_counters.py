@@ -66,6 +66,71 @@ def test_a_cell_that_fails_mid_launch_costs_only_its_own_counts():
         counters.attribute(ran, groups)
 
 
+FAKE_NCU = """#!{python}
+# Plays ncu back: the recorded CSV into --log-file, the child's list of finished cells into its done file.
+import json, sys
+args = sys.argv[1:]
+log, done = args[args.index("--log-file") + 1], args[-1]
+open(log, "w").write(open({csv!r}).read())
+if {finished!r} != "none":
+    open(done, "w").write({finished!r})
+print("==ERROR== playing back a failure" if {status} else "", file=sys.stderr)
+sys.exit({status})
+"""
+
+
+def _fake_ncu(tmp_path, monkeypatch, finished: list[dict] | None, status: int = 0, csv: str | None = None) -> None:
+    recorded = tmp_path / "recorded.csv"
+    recorded.write_text(_csv(DATA / "box-a" / "smoke") if csv is None else csv)
+    ncu = tmp_path / "ncu"
+    ncu.write_text(FAKE_NCU.format(python=sys.executable, csv=str(recorded), finished=json.dumps({"cells": finished}) if finished is not None else "none",
+                                   status=status))
+    ncu.chmod(0o755)
+    monkeypatch.setenv(counters.ENV_NCU, str(ncu))
+
+
+def test_a_counting_process_that_dies_keeps_the_cells_it_finished(tmp_path, monkeypatch):
+    """The child lists each cell as it finishes: ncu's launches past them are the dying cell's, dropped;
+    the cells after it are named, with how the process ended."""
+    recorded = read_report(DATA / "box-a" / "smoke")
+    cells = list(recorded.works)
+    finished = [{"cell": c.to_json(), "markers": 2, "reason": None} for c in cells[:3]]
+    _fake_ncu(tmp_path, monkeypatch, finished, status=139)
+    counted = counters.count(cells, launches=2)
+    assert counted.works == {c: recorded.works[c] for c in cells[:3]}
+    assert set(counted.failed) == set(cells[3:])
+    assert all(why.startswith("not counted: the counting process exited with status 139") for why in counted.failed.values())
+
+
+def test_ncu_output_that_does_not_read_is_work_not_done_said_in_one_line(tmp_path, monkeypatch, capsys):
+    """A CSV without the launch columns, a child that listed nothing: ProcessFailed, which relu2's main
+    says in one line (exit 1), and which the sweep's and asv's figures take as "not counted"."""
+    from relu2 import cli
+    from relu2.host.proc import ProcessFailed
+    from relu2.measure import figures
+
+    cells = list(read_report(DATA / "box-a" / "smoke").works)
+    text = _csv(DATA / "box-a" / "smoke")
+    header = text[text.index('"ID",'):].split("\n", 1)[0]
+    _fake_ncu(tmp_path, monkeypatch, [], csv=text.replace(header, header.replace('"Grid Size"', '"Grid"')))
+    with pytest.raises(ProcessFailed, match="ncu's output did not read: .*Grid Size"):
+        counters.count(cells[:1])
+    _, why = figures.measure(cells[:1], "cuda")
+    assert "ncu's output did not read" in why
+    _fake_ncu(tmp_path, monkeypatch, None, status=1)  # ncu refused: no child ran
+    monkeypatch.setattr(cli.machine, "resolve_device", lambda device: "cuda")
+    code = cli.main(["counters", "--out", str(tmp_path / "out"), "--impl", "eager", "--dtype", "float32",
+                     "--sizes", "1024"])
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err
+    assert "relu2 counters: ncu exited with status 1: ==ERROR== playing back a failure" in err
+    assert not (tmp_path / "out").exists()
+    finished = [{"cell": c.to_json(), "markers": 2, "reason": None} for c in cells]
+    _fake_ncu(tmp_path, monkeypatch, finished, status=1, csv=text[:text.index('"ID",')])  # refused every kernel
+    with pytest.raises(ProcessFailed, match="^ncu exited with status 1: ==ERROR== playing back a failure$"):
+        counters.count(cells, launches=2)
+
+
 def test_exact_counters_are_identical_in_every_aa_run_and_launch():
     """The claim docs/methodology.md makes: across 5 runs on 2 boxes, 2 launches each, every exact
     counter of every kernel is the same in each cell that ran one kernel (autotuning picks aside)."""

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from relu2.host.proc import run_child
+from relu2.host.files import atomic_write_text
+from relu2.host.proc import ProcessFailed, run_child
 from relu2.records.work import EXACT, METRICS, Counted, Work, parse_ncu_csv, split_launches
 from relu2.vocab.schema import Cell
 
@@ -67,10 +68,11 @@ def unavailable(device: str) -> str:
 def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0, env: Mapping[str, str] | None = None,
           cwd: str | os.PathLike | None = None) -> Counted:
     """Count every cell's work in one child process under ncu (``env``, ``cwd``: a compare side's, whose
-    implementations it counts); RuntimeError when ncu itself fails."""
+    implementations it counts); ProcessFailed (a RuntimeError) when ncu or its child delivered no
+    counts that read: ncu refused or died, its CSV or the child's list did not read, or they disagree."""
     ncu = ncu_path()
     if ncu is None:
-        raise RuntimeError(unavailable("cuda"))
+        raise ProcessFailed(unavailable("cuda"))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="relu2-counters-") as tmp:
         plan, done = Path(tmp) / "plan.json", Path(tmp) / "done.json"
@@ -84,11 +86,24 @@ def count(cells: Sequence[Cell], launches: int = 1, timeout_s: float = 1800.0, e
         raw = log.read_text() if log.exists() else ""
         if '"ID",' not in raw:  # an ncu that prints its CSV to stdout despite --log-file
             raw = ended.stdout
-        if not ended.ok or not done.exists():
-            raise RuntimeError(f"ncu {ended.why()}")
-        ran = json.loads(done.read_text())
-    return attribute(ran["cells"], split_launches(parse_ncu_csv(raw)), raw_csv=raw,
-                     seconds=time.perf_counter() - start)
+        if not done.exists():  # the child lists each cell as it finishes it: here, none
+            raise ProcessFailed(f"ncu {ended.why()}")
+        try:
+            ran = json.loads(done.read_text())["cells"]
+            groups = split_launches(parse_ncu_csv(raw))
+        except (ValueError, KeyError, TypeError) as e:  # NcuOutputError and a cut JSON are ValueErrors
+            raise ProcessFailed(f"ncu's output did not read: {e}") from None
+    if not ended.ok:  # the cells it finished keep their counts; the one it died in left launches behind
+        finished = sum(entry["markers"] for entry in ran)
+        if len(groups) < finished:  # ncu itself failed (refused the counters, died): its own words
+            raise ProcessFailed(f"ncu {ended.why()}")
+        groups = groups[:finished]
+    counted = attribute(ran, groups, raw_csv=raw, seconds=time.perf_counter() - start)
+    for cell in cells:
+        if cell not in counted.works and cell not in counted.failed:
+            counted.failed[cell] = (f"not counted: the counting process {ended.why()}" if not ended.ok else
+                                    "not reached: a CUDA error in an earlier cell ended the counting process")
+    return counted
 
 
 def attribute(ran: Sequence[dict], groups: Sequence[Work], raw_csv: str = "", seconds: float = 0.0) -> Counted:
@@ -97,7 +112,7 @@ def attribute(ran: Sequence[dict], groups: Sequence[Work], raw_csv: str = "", se
     groups (a launch cut short) are dropped, so the cells after it keep their own."""
     expected = sum(entry["markers"] for entry in ran)
     if len(groups) != expected:
-        raise RuntimeError(f"ncu listed {len(groups)} profiled launches, the child made {expected}")
+        raise ProcessFailed(f"ncu listed {len(groups)} profiled launches, the child made {expected}")
     counted = Counted(raw_csv=raw_csv, seconds=seconds)
     it = iter(groups)
     for entry in ran:
@@ -131,50 +146,62 @@ SEED = 20261203
 
 
 def _child(plan_path: str, done_path: str) -> int:
+    plan = json.loads(Path(plan_path).read_text())
+    ran: list[dict] = []  # every cell finished, in order: the markers it launched, and why it failed
+    atomic_write_text(done_path, json.dumps({"cells": ran}))
+    for data in plan["cells"]:
+        entry = {"cell": data, "markers": 0, "reason": None}
+        go_on = _count_cell(Cell.from_json(data), int(plan["launches"]), entry)
+        ran.append(entry)
+        atomic_write_text(done_path, json.dumps({"cells": ran}))  # a child that dies later keeps these
+        if not go_on:
+            break
+    return 0
+
+
+def _count_cell(cell: Cell, launches: int, entry: dict) -> bool:
+    """Launch ``cell`` ``launches`` times, each in a profiled range opened by a marker; its markers and
+    any failure go into ``entry``.  False when the process cannot go on (a sticky CUDA error)."""
     import torch
 
     from relu2.measure.agreement import AgreementError
     from relu2.measure.cell import free_memory, prepare_and_check
-    from relu2.measure.outcome import describe
     from relu2.measure.inputs import dtype_of, random_input
+    from relu2.measure.outcome import describe
     from relu2.measure.registry import get
 
-    plan = json.loads(Path(plan_path).read_text())
-    launches = int(plan["launches"])
-    ran: list[dict] = []  # every cell in order: the markers it launched, and why it failed
-    for data in plan["cells"]:
-        cell = Cell.from_json(data)
-        entry = {"cell": data, "markers": 0, "reason": None}
-        ran.append(entry)
-        try:
-            impl = get(cell.impl)
-            why = impl.reason if impl.broken else impl.why_not("cuda")
-            if why:
-                entry["reason"] = why
-                continue
-            prepare_and_check(impl, cell, "cuda")  # the warm-up a timing gets: compiles, agreement
-            generator = torch.Generator(device="cuda").manual_seed(SEED)
-            x = random_input(cell.numel, dtype_of(cell.dtype), "cuda", generator=generator).view(cell.shape)
-            impl.fn(x.clone() if impl.writes_input else x)  # this very input met once, untimed
-            for _ in range(launches):
-                arg = x.clone() if impl.writes_input else x
+    try:
+        impl = get(cell.impl)
+        why = impl.reason if impl.broken else impl.why_not("cuda")
+        if why:
+            entry["reason"] = why
+            return True
+        prepare_and_check(impl, cell, "cuda")  # the warm-up a timing gets: compiles, agreement
+        generator = torch.Generator(device="cuda").manual_seed(SEED)
+        x = random_input(cell.numel, dtype_of(cell.dtype), "cuda", generator=generator).view(cell.shape)
+        impl.fn(x.clone() if impl.writes_input else x)  # this very input met once, untimed
+        for _ in range(launches):
+            arg = x.clone() if impl.writes_input else x
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            try:  # a launch that raises must not leave the range open over the next cell's warm-up
+                torch.cuda._sleep(1)
+                entry["markers"] += 1
+                impl.fn(arg)
                 torch.cuda.synchronize()
-                torch.cuda.profiler.start()
-                try:  # a launch that raises must not leave the range open over the next cell's warm-up
-                    torch.cuda._sleep(1)
-                    entry["markers"] += 1
-                    impl.fn(arg)
-                    torch.cuda.synchronize()
-                finally:
-                    torch.cuda.profiler.stop()
-            del x
-        except AgreementError as e:
-            entry["reason"] = str(e)
-        except Exception as e:  # noqa: BLE001  one cell's failure is recorded, the others are counted
-            entry["reason"] = describe(e)
+            finally:
+                torch.cuda.profiler.stop()
+    except AgreementError as e:
+        entry["reason"] = str(e)
+    except Exception as e:  # noqa: BLE001  one cell's failure is recorded, the others are counted
+        entry["reason"] = describe(e)
+    x = arg = None  # noqa: F841  a failed launch's tensors must not sit through the next cell's warm-up
+    try:
         free_memory("cuda", collect=False)
-    Path(done_path).write_text(json.dumps({"cells": ran}))
-    return 0
+    except Exception as e:  # noqa: BLE001  a sticky CUDA error: the cells after this one cannot run
+        entry["reason"] = entry["reason"] or describe(e)
+        return False
+    return True
 
 
 def format_table(counted: Counted) -> str:
