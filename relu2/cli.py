@@ -452,8 +452,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if repo is None:
         return _fail("bisect", f"{args.repo or Path.cwd()}: not a git checkout (name the repository with --repo)")
     progress = None if args.no_progress else (lambda line: print(line, file=sys.stderr, flush=True))
-    # Its worktrees, builds and rounds end with it on Ctrl-C; the steps measured are in the state file.
-    with lifecycle.guard("relu2 bisect", lambda: "the steps measured so far are kept in its state file: the same "
+    # Its worktrees, builds and rounds end with it on Ctrl-C; the counts and steps made are in the state file.
+    with lifecycle.guard("relu2 bisect", lambda: "the counts and steps measured so far are kept in its state file: the same "
                                                  "command resumes"):
         report = bisect.run(repo, args.good, args.bad, targets, factor=args.factor, budget=args.budget,
                             state=Path(args.state) if args.state else None,

@@ -324,6 +324,27 @@ def test_a_commit_not_counted_leaves_the_range_it_hides_and_the_text_says_by_cou
     assert report.exit_code == 0 and report.as_json()["counted_commits"] == report.counted
 
 
+def test_an_interrupted_count_resumes_from_the_counts_it_kept():
+    """Each commit's counts are handed on as they come: a run stopped at its third count and run again
+    from what it kept counts only the commits it had not, and answers as an unbroken run does."""
+    whole = CountingBox(6)
+    expected, _, _ = bisect.work_search(HISTORY, sorted(whole.cells), whole)
+    box, kept = CountingBox(6), []
+
+    def stopping(commit, cells):
+        if len(box.counted) == 2:
+            raise KeyboardInterrupt
+        return box(commit, cells)
+
+    with pytest.raises(KeyboardInterrupt):
+        bisect.work_search(HISTORY, sorted(box.cells), bisect.remembered(stopping, {}, lambda c: kept.append(json.loads(json.dumps(c)))))
+    assert len(kept) == 2 and box.counted == [0, 15]
+    again = CountingBox(6)
+    found, counts, _ = bisect.work_search(HISTORY, sorted(again.cells), bisect.remembered(again, kept[-1], lambda c: None))
+    assert found == expected and 0 not in again.counted and 15 not in again.counted
+    assert counts == len(set(whole.counted))
+
+
 def test_work_not_counted_at_good_or_bad_is_left_to_the_timing_search():
     box = CountingBox(8, broken={0: "not counted: ncu refused"})
     said = []
@@ -493,7 +514,7 @@ def test_what_the_counters_decided_is_kept_in_the_state_and_a_rerun_never_counts
                              work="instructions +6.0%")
     calls = []
 
-    def count_first(repo_, commits_, targets, device, say):
+    def count_first(repo_, commits_, targets, device, say, *kept):
         calls.append(list(targets))
         return {"cells": [asdict(counted)], "commits": 4, "why": ""}
 
@@ -514,6 +535,30 @@ def test_what_the_counters_decided_is_kept_in_the_state_and_a_rerun_never_counts
     with pytest.raises(UsageError, match="another bisection"):
         bisect.run(repo, commits[0], commits[-1], [parse_target(cell)], state=other)
     assert len(calls) == 1
+
+
+def test_a_refusal_at_step_0_writes_no_state_and_a_state_of_another_gpu_is_refused(tmp_path, monkeypatch):
+    from relu2.runs.confirm import parse_target
+    from relu2.vocab.errors import UsageError
+
+    repo = tmp_path / "toykernel"
+    commits = fixture_repo(repo, 3, {})
+    target, state = parse_target(f"toy:float32:{CELL_SIZE}:hot"), tmp_path / "state.json"
+
+    def unmeasurable(*args):
+        def oracle(sides, cells, rounds, first):
+            raise bisect.Unmeasurable("predates the implementations interface 1")
+        return oracle
+
+    monkeypatch.setattr(bisect, "confirm_oracle", unmeasurable)
+    with pytest.raises(UsageError, match="GOOD or BAD cannot be measured"):
+        bisect.run(repo, commits[0], commits[-1], [target], state=state, factor=1.5)
+    assert not state.exists()  # exit 2, nothing written
+    state.write_text(json.dumps({"format": bisect.STATE_FORMAT, "commits": commits, "cells": [target.name], "factor": 1.5,
+                                 "budget": bisect.DEFAULT_BUDGET, "factors": {}, "counted": {}, "gpu": "NVIDIA H200",
+                                 "steps": []}))
+    with pytest.raises(UsageError, match="was measured on NVIDIA H200, this run on none"):
+        bisect.run(repo, commits[0], commits[-1], [target], state=state, factor=1.5)
 
 
 def test_the_text_names_the_culprit_its_figures_its_parent_and_every_step():
@@ -596,4 +641,4 @@ def test_a_round_that_dies_skips_a_probe_and_ends_confirm_and_bisect_in_one_line
     monkeypatch.setattr(bisect, "run", dies)
     assert cli.main(["bisect", "HEAD~1", "HEAD", "--cell", "fused:bfloat16:4096:hot"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("relu2 bisect: round 1 of base (abc12345) died: out of memory; the steps measured")
+    assert err[-1].startswith("relu2 bisect: round 1 of base (abc12345) died: out of memory; the counts and steps measured")

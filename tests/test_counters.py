@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -189,6 +191,8 @@ def test_work_round_trips_through_json():
     work = read_report(DATA / "box-a" / "smoke").work(Cell("eager", "bfloat16", 1024, (1024,)))
     assert len(work.kernels) == 2  # eager: clamp, then pow
     assert Work.from_json(json.loads(json.dumps(work.to_json()))) == work
+    lacking = Work(tuple(replace(k, counts={**k.counts, "instructions": math.nan}) for k in work.kernels))
+    assert Work.from_json(json.loads(json.dumps(lacking.to_json()))).same_as(lacking)  # a counter this ncu lacks
 
 
 def test_without_cuda_the_counters_say_why_in_one_line(tmp_path, capsys):

@@ -62,7 +62,7 @@ class Work:
 
     def exact(self) -> tuple:
         """Everything that must be equal for the work to be the same: launches and exact counters."""
-        return (self.launches, tuple(tuple(k.counts.get(c) for c in EXACT) for k in self.kernels))
+        return (self.launches, tuple(tuple(_figure(k.counts.get(c)) for c in EXACT) for k in self.kernels))
 
     def same_as(self, other: "Work") -> bool:
         return self.exact() == other.exact()
@@ -74,6 +74,12 @@ class Work:
     def from_json(cls, data: Sequence[Mapping[str, Any]]) -> "Work":
         return cls(tuple(KernelWork(k["name"], k["grid"], k["block"], int(k["registers"]),
                                     {c: float(v) for c, v in k["counts"].items()}) for k in data))
+
+
+def _figure(value: float | None) -> float | None:
+    """A counter as ``Work.exact`` compares it: one this ncu lacks (NaN) is None, so two readings of the
+    same work compare equal whichever NaN object each holds (a JSON round trip makes new ones)."""
+    return None if value is None or math.isnan(value) else value
 
 
 def describe_change(base: Work, head: Work) -> str:

@@ -52,7 +52,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from relu2.host import git
 from relu2.host.files import atomic_write_text, finite
-from relu2.host.machine import gpu_name
+from relu2.host.machine import gpu_name_apart
 from relu2.host.outputs import claim_file
 from relu2.host.proc import ProcessFailed
 from relu2.judge import noise
@@ -373,17 +373,38 @@ def counting_oracle(repo: Path, targets: Mapping[str, "confirm.Target"], ruler: 
     return oracle
 
 
+def remembered(count: WorkOracle, kept: Mapping[str, Mapping[str, dict | str]],
+               keep: Callable[[dict], None]) -> WorkOracle:
+    """``count`` that answers from ``kept`` (an interrupted run's counts: commit -> cell -> Work as JSON,
+    or why not counted) without counting again, and hands every new commit's counts to ``keep`` as
+    they come, so an interrupt loses at most the count in progress."""
+    counts = {commit: dict(cells) for commit, cells in kept.items()}
+
+    def ask(commit: str, cells: Sequence[str]) -> dict[str, Work | str]:
+        have = counts.setdefault(commit, {})
+        missing = [c for c in cells if c not in have]
+        if missing:
+            have.update({c: w.to_json() if isinstance(w, Work) else w for c, w in count(commit, missing).items()})
+            keep(counts)
+        return {c: have[c] if isinstance(have[c], str) else Work.from_json(have[c]) for c in cells}
+
+    return ask
+
+
 def count_first(repo: Path, commits: Sequence[str], targets: Mapping[str, "confirm.Target"], device: str,
-                say: Callable[[str], None]) -> dict:
+                say: Callable[[str], None], kept: Mapping[str, Mapping] | None = None,
+                keep: Callable[[dict], None] = lambda counts: None) -> dict:
     """What the counters decide before any timing, as the state file keeps it: ``cells`` (the findings
     of the cells bisected by counters, as dicts), ``commits`` (commits counted) and ``why`` (why the
-    counters could not be read, or some cells not counted at GOOD or BAD; "" when they were)."""
+    counters could not be read, or some cells not counted at GOOD or BAD; "" when they were).  Counts
+    ``kept`` are not made again; each new one goes to ``keep`` (``remembered``)."""
     why = counters.unavailable(device)
     if why:
         say(f"relu2 bisect: work counters {why}: every cell is bisected by its time")
         return {"cells": [], "commits": 0, "why": why}
     with tempfile.TemporaryDirectory(prefix="relu2-bisect-") as tmp, compare.ruler(Path(tmp)) as ruler:
-        found, counted, why = work_search(commits, list(targets), counting_oracle(repo, targets, ruler, Path(tmp)), say)
+        count = remembered(counting_oracle(repo, targets, ruler, Path(tmp)), kept or {}, keep)
+        found, counted, why = work_search(commits, list(targets), count, say)
     return {"cells": [asdict(f) for f in found], "commits": counted, "why": why}
 
 
@@ -445,13 +466,15 @@ class Plan:
     budget: int = DEFAULT_BUDGET
     factors: dict[str, float] = field(default_factory=dict)  # per cell, from the same-box model
     counted: dict = field(default_factory=dict)  # what the counters decided first (``count_first``), kept
+    gpu: str = ""  # what measures: the GPU's name, "none" on the CPU (a state file older than it: "")
 
     def factor_of(self, cell: str) -> float:
         return self.factors.get(cell, self.factor)
 
     def same_search(self, other: Mapping) -> bool:
         return (other.get("commits"), other.get("cells"), other.get("factor"), other.get("budget"),
-                other.get("factors", {})) == (self.commits, self.cells, self.factor, self.budget, self.factors)
+                other.get("factors", {}), other.get("gpu") or self.gpu) == (
+                    self.commits, self.cells, self.factor, self.budget, self.factors, self.gpu)
 
 
 def read_state(state: Path | None) -> dict | None:
@@ -468,7 +491,8 @@ def read_state(state: Path | None) -> dict | None:
     return data
 
 
-ANOTHER = "holds another bisection (other commits, cells, factor or budget): name another --state, or remove it to start again"
+ANOTHER = ("holds another bisection (other commits, cells, factor, budget or GPU): name another --state, or remove it "
+           "to start again")
 
 
 def load_steps(plan: Plan, state: Path | None) -> list[Step]:
@@ -678,16 +702,25 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
     if saved is not None and saved.get("commits") != commits:
         raise UsageError(f"{state} {ANOTHER}")
     say = progress or (lambda line: None)
-    # A resumed search keeps what the counters decided when it began (a state of a search begun
-    # before bisect counted holds none: every cell was timed).
-    counted = (count_first(repo, commits, by_name, device, say) if saved is None else
-               saved.get("counted") or {"cells": [], "commits": 0, "why": "a bisection begun without counters"})
+    gpu = _gpu(device)
+    if saved is not None and saved.get("gpu") not in (None, "", gpu):
+        raise UsageError(f"{state} was measured on {saved['gpu']}, this run on {gpu}: {ANOTHER}")
+    counting = saved is None or "counting" in saved  # a new search, or one interrupted while counting
+    if counting and saved is not None and saved.get("cells") != list(by_name):
+        raise UsageError(f"{state} {ANOTHER}")
+    if counting:
+        def keep(counts: dict) -> None:
+            atomic_write_text(state, json.dumps({"format": STATE_FORMAT, "commits": commits, "cells": list(by_name),
+                                                 "gpu": gpu, "counting": counts, "steps": []}, indent=1) + "\n")
+        counted = count_first(repo, commits, by_name, device, say, (saved or {}).get("counting"), keep)
+    else:  # a resumed search keeps what the counters decided (one begun before bisect counted: nothing)
+        counted = saved.get("counted") or {"cells": [], "commits": 0, "why": "a bisection begun without counters"}
     by_counters = [Finding(**f) for f in counted["cells"]]
     timed = {name: t for name, t in by_name.items() if name not in {f.cell for f in by_counters}}
-    factors = {} if factor is not None else model_factors(timed, _gpu(device))
-    plan = Plan(commits, list(timed), factor or DEFAULT_FACTOR, budget, factors, counted)
-    steps = load_steps(plan, state)
-    if saved is None:
+    factors = {} if factor is not None else model_factors(timed, gpu)
+    plan = Plan(commits, list(timed), factor or DEFAULT_FACTOR, budget, factors, counted, gpu)
+    steps = [] if counting else load_steps(plan, state)
+    if counting and counted["commits"]:
         save_steps(plan, steps, state)  # the counts are kept: the same command never counts again
     if timed:
         say(f"relu2 bisect: {len(commits) - 1} commit{'s' * (len(commits) != 2)} after GOOD {commits[0][:10]} up to BAD "
@@ -701,7 +734,7 @@ def run(repo: Path, good: str, bad: str, targets: Sequence, *, factor: float | N
 
 def _gpu(device: str) -> str:
     """The GPU model a noise model is learned for: the device's name, "none" on the CPU."""
-    return gpu_name() if device == "cuda" else "none"
+    return (gpu_name_apart() or "cuda") if device == "cuda" else "none"  # apart: no CUDA context beside the rounds
 
 
 def _rule(plan: Plan) -> str:
