@@ -512,8 +512,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     cell = schema.Cell(args.impl, args.dtype, math.prod(args.shape), tuple(args.shape))
     check_fits([cell], device)
-    print(format_explanation(explain(args.impl, args.dtype, args.shape, device), show_source=not args.no_source))
+    explained = explain(args.impl, args.dtype, args.shape, device)
+    print(format_explanation(explained, show_source=not args.no_source))
     print(counted_work(cell, device))
+    if not explained.agrees:  # a finding, as relu2 check's
+        print(f"relu2 inspect: {cell.describe()} disagrees with eager (agreement, above)", file=sys.stderr)
+        return 1
     return 0
 
 

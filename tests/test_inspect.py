@@ -63,6 +63,21 @@ def test_inspect_command_line(capsys):
     assert "unknown implementation 'nope'" in capsys.readouterr().err
 
 
+def test_inspect_of_a_cell_that_disagrees_with_eager_is_a_finding(monkeypatch, capsys):
+    """Exit 1, as relu2 check's: the inspection is printed all the same, the disagreement on its line."""
+    from relu2.measure import cell as measure
+    from relu2.measure.agreement import AgreementError
+
+    def disagrees(impl, cell, device, seconds=None):
+        raise AgreementError("3 of 4096 elements differ")
+
+    monkeypatch.setattr(measure, "prepare_and_check", disagrees)
+    assert cli.main(["inspect", "eager", "--shape", "4096", "--dtype", "float32", "--device", "cpu"]) == 1
+    captured = capsys.readouterr()
+    assert "agreement:   FAILED: 3 of 4096 elements differ" in captured.out
+    assert captured.err.strip().splitlines()[-1] == "relu2 inspect: eager float32 4096 disagrees with eager (agreement, above)"
+
+
 @requires_cuda
 @pytest.mark.cuda
 def test_gpu_inspect_reads_load_widths_from_ptx_and_sass():

@@ -114,6 +114,7 @@ class Explanation:
     device: str
     fingerprint: str
     agreement: str  # "ok" or the mismatch
+    agrees: bool  # False: the output differs from eager's (relu2 inspect exits 1, as relu2 check does)
     warmup: str  # the shape it met first, or ""
     launched: list[str] = field(default_factory=list)  # kernel names one call launches (CUDA)
     kernels: list[Kernel] = field(default_factory=list)
@@ -144,9 +145,9 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
     cell = Cell(name, dtype, math.prod(shape), tuple(shape))
     try:  # the steps a measurement takes before its timings (relu2.measure.cell)
         x, kernel = prepare_and_check(impl, cell, device)
-        agreement = "ok (bitwise equal to eager)" if impl.is_relu2 else "n/a (a reference, not relu²)"
+        agreement, agrees = ("ok (bitwise equal to eager)" if impl.is_relu2 else "n/a (a reference, not relu²)"), True
     except AgreementError as e:  # shown, and what ran is inspected all the same
-        agreement = f"FAILED: {e}"
+        agreement, agrees = f"FAILED: {e}", False
         x = fresh_input(cell, device)
         kernel = impl.fingerprint(x) if impl.fingerprint else ""
     impl.fn(x)
@@ -154,7 +155,7 @@ def _explain(name: str, dtype: str, shape: tuple[int, ...], device: str, caches:
         torch.cuda.synchronize()
     result = Explanation(
         impl=name, description=impl.description, dtype=dtype, shape=tuple(shape), device=device,
-        fingerprint=kernel, agreement=agreement, warmup=warmup,
+        fingerprint=kernel, agreement=agreement, agrees=agrees, warmup=warmup,
     )
     if device == "cuda":
         result.launched = _launched_kernels(impl.fn, x)
