@@ -616,6 +616,27 @@ def test_bisect_and_the_gate_judge_the_same_rounds_alike(scale, tmp_path):
     assert gated == (SLOWER if scale > 1.2 else FASTER if scale < 1 / 1.2 else SAME)
 
 
+def test_a_steps_later_rounds_go_on_its_abba_order(monkeypatch):
+    """A step measures 3 rounds at a time; the batch after 3 rounds starts at round 4 (head first), so
+    over 9 rounds neither side goes first more often than the ABBA order has it."""
+    from relu2.runs import confirm
+    from relu2.runs.confirm import parse_target
+
+    firsts = []
+
+    def confirm_(repo, base, head, targets, rounds, device, progress=True, machine="", first=1):
+        firsts.append(first)
+        return {"cells": []}
+
+    monkeypatch.setattr(confirm, "confirm", confirm_)
+    monkeypatch.setattr(bisect, "declared_implementations", lambda repo, commit: ({"fused"}, ""))
+    oracle = bisect.confirm_oracle(Path("."), {"c": parse_target("fused:bfloat16:4096:hot")}, "cpu")
+    oracle(["g", "b"], ["c"], 3, 0)
+    oracle(["g", "b"], ["c"], 3, 3)
+    oracle(["g", "p", "b"], ["c"], 3, 6)
+    assert firsts == [1, 4, 7, 7]
+
+
 def test_a_round_that_dies_skips_a_probe_and_ends_confirm_and_bisect_in_one_line(monkeypatch, capsys):
     """A round's process dying (out of memory, a crash) raised a traceback out of relu2 confirm and relu2
     bisect; a probe's is a skip, as git bisect skip; step 0's, or confirm's, is work not done: exit 1."""

@@ -596,22 +596,23 @@ def confirm_oracle(repo: Path, targets: Mapping[str, object], device: str) -> Or
     commits, this checkout's instrument, interleaved rounds of a fresh process per side): step 0 one
     comparison, GOOD beside BAD; a probe two, GOOD beside it and it beside BAD.  A probe that does not
     declare the interface or does not build is Unmeasurable."""
-    def compared(base: str, head: str, cells: Sequence[str], rounds: int) -> dict[str, tuple]:
-        report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False)
+    def compared(base: str, head: str, cells: Sequence[str], rounds: int, first: int) -> dict[str, tuple]:
+        report = confirm.confirm(repo, base, head, [targets[c] for c in cells], rounds, device, progress=False,
+                                 first=first + 1)  # a step's later batches go on its ABBA order
         by_key = {f"{c['impl']}:{c['dtype']}:{c['shape']}:{c['mode']}": c for c in report["cells"]}
         return {cell: (_side(by_key.get(cell), "base", base), _side(by_key.get(cell), "head", head))
                 for cell in cells}
 
     def oracle(sides: Sequence[str], cells: Sequence[str], rounds: int, first: int) -> dict[str, list]:
         if len(sides) == 2:
-            return {cell: list(pairs) for cell, pairs in compared(sides[0], sides[1], cells, rounds).items()}
+            return {cell: list(pairs) for cell, pairs in compared(sides[0], sides[1], cells, rounds, first).items()}
         good, probe, bad = sides
         why = declared_implementations(repo, probe)[1]
         if why:
             raise Unmeasurable(why)
         try:
-            before = compared(good, probe, cells, rounds)
-            after = compared(probe, bad, cells, rounds)
+            before = compared(good, probe, cells, rounds, first)
+            after = compared(probe, bad, cells, rounds, first)
         except UsageError as e:  # the probe does not install, or cannot run a cell's implementation here
             raise Unmeasurable(_unmeasurable(str(e))) from None
         except ProcessFailed as e:  # a round's process died (out of memory, a crash): skipped, as git bisect skip

@@ -116,9 +116,10 @@ def not_cells_in_gate(report: dict) -> list[str]:
 
 
 def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds: int = CONFIRM_ROUNDS,
-            device: str | None = None, progress: bool = True, machine: str = "") -> dict:
+            device: str | None = None, progress: bool = True, machine: str = "", first: int = 1) -> dict:
     """Measure ``targets`` ``rounds`` times on each side with relu2 compare's mechanism (worktrees, one
-    instrument, ABBA rounds, a fresh process per side and round); the report as plain data.
+    instrument, ABBA rounds, a fresh process per side and round); the report as plain data.  ``first``:
+    the number of the first round, so more rounds of one comparison go on its ABBA order.
 
     UsageError before any round when a side cannot run a target's implementation on ``device``."""
     device = device or default_device()
@@ -141,7 +142,7 @@ def confirm(repo: Path, base: str, head: str, targets: Sequence[Target], rounds:
                     name, why = next(iter(bad.items()))
                     raise UsageError(f"{side.name} ({side.commit[:8]}) cannot measure {name} on {device}: {why}")
             done = compare.measure_sides(b, h, ruler, scratch, rounds, device, cells=cells, say=say,
-                                         label="relu2 confirm")
+                                         label="relu2 confirm", first=first)
             for side in (b, h):
                 for path in done.rounds[side.name]:
                     _take_round(results, side.name, pickle.loads(path.read_bytes()))
