@@ -247,10 +247,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     device = machine.resolve_device(args.device)
     machine.check_label(args.machine)
     timeout_s = timeout_from_env()  # checked even under --timeout: one variable, one meaning, everywhere
-    # Its own folder in progress (a partial CSV to resume, or the lock of a sweep still running, which
-    # the lock itself then refuses by name) is no folder of someone else's.
-    outputs.claim_dir(args.out, force=args.force,
-                      resume=lambda d: all(p.name in ("sweep.partial.csv", ".relu2.lock") for p in d.iterdir()))
+    # Its own folder in progress (a stopped sweep's, or one still running, which the lock itself then
+    # refuses by name) is no folder of someone else's.
+    outputs.claim_dir(args.out, force=args.force, resume=sweep_job.resumable)
     names = sweep_job.implementations(args.impl, sweep.registered_names(), None if args.impl else sweep.default_names())
     cells = sweep_job.plan_cells(names, args.dtype, args.sizes or schema.default_sizes(device), grid=not args.no_grid,
                                  model_shapes=args.model_shapes, vllm_shapes=args.vllm_shapes, nemotron=args.nemotron)

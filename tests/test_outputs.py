@@ -275,3 +275,28 @@ def test_version_prints_the_version(capsys):
         cli.main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"relu2 {relu2.__version__}"
+
+
+def test_a_sweep_stopped_while_writing_its_outputs_is_resumed_by_the_same_command(tmp_path):
+    """sweep.csv and plots are written before the checkpoint is dropped, and a kill can leave an atomic
+    write's temporary file: the folder is still the stopped sweep's own, and nothing else is."""
+    from relu2.runs import sweep_job
+    from relu2.vocab.errors import UsageError
+
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    for name in ("sweep.partial.csv", "sweep.csv", "latency.png", "latency.svg", ".sweep.partial.csv.x1y2.tmp"):
+        (stopped / name).write_text("")
+    assert outputs.claim_dir(stopped, resume=sweep_job.resumable) == stopped
+    killed = tmp_path / "killed-at-its-first-checkpoint"
+    killed.mkdir()
+    (killed / ".sweep.partial.csv.x1y2.tmp").write_text("")
+    assert outputs.claim_dir(killed, resume=sweep_job.resumable) == killed
+    (stopped / "notes.txt").write_text("mine")
+    finished = tmp_path / "finished"
+    finished.mkdir()
+    for name in ("sweep.csv", "latency.png"):
+        (finished / name).write_text("")
+    for folder in (stopped, finished):
+        with pytest.raises(UsageError, match="not empty; name a new folder, or --force"):
+            outputs.claim_dir(folder, resume=sweep_job.resumable)

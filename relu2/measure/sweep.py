@@ -168,6 +168,9 @@ def run_sweep(
     return Sweep(device=device, modes=modes, results=[measured[c] for c in cells], references=references)
 
 
+LOCK = ".relu2.lock"  # held by the sweep writing a folder
+
+
 @contextmanager
 def locked(out: Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock on the folder ``out`` (creating it) for the block; no lock file outlives it.
@@ -181,7 +184,7 @@ def locked(out: Path, what: str) -> Iterator[None]:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create {out}: {e.strerror or e}") from None
-    path = out / ".relu2.lock"
+    path = out / LOCK
     while True:
         f = open(path, "a+")
         try:

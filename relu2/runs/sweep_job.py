@@ -106,7 +106,7 @@ def run(plan: Plan) -> int:
     quiet.before_measuring("relu2 sweep", plan.require_idle, gpu=plan.device == "cuda")  # UsageError: nothing written
     # Rows are checkpointed input by input, so Ctrl-C (or a kill) loses at most the input being
     # measured, and the same command run again measures only what is missing.
-    partial = plan.out / "sweep.partial.csv"
+    partial = plan.out / PARTIAL
 
     def saved() -> str:
         kept = f"the inputs measured so far are kept in {partial}" if partial.exists() else "nothing was measured yet"
@@ -141,6 +141,23 @@ def with_work(rows: list, device: str) -> list:
                               say=lambda line: print(f"relu2 sweep: {line}", file=sys.stderr))
     return [replace(r, **work[cells[key]]) if (key := (r.impl, r.dtype, r.numel, r.shape)) in cells
             and cells[key] in work else r for r in rows]
+
+
+PARTIAL = "sweep.partial.csv"  # the checkpoint: its presence says a sweep stopped here
+
+
+def resumable(folder: Path) -> bool:
+    """Whether ``folder`` is one a stopped sweep left, which the same command resumes: its checkpoint
+    (or only its lock: stopped before the first), with nothing beside it but what a sweep writes (the
+    CSV and plots written before the checkpoint is dropped; a temporary file a kill cut short)."""
+    names = [p.name for p in folder.iterdir()]
+    begun = PARTIAL in names or all(n == sweep.LOCK or _cut_short(n) for n in names)
+    return begun and all(n in (PARTIAL, "sweep.csv", sweep.LOCK) or n.endswith((".png", ".svg")) or _cut_short(n)
+                         for n in names)
+
+
+def _cut_short(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")  # atomic_write_text's .NAME.XXXX.tmp
 
 
 def finish(rows: list, out: Path, partial: Path) -> int:
