@@ -202,3 +202,30 @@ def test_a_worker_is_born_ignoring_ctrl_c_and_the_pool_keeps_its_own_handler():
     assert parent.poll(60) and parent.recv() is True  # ignored from its first instruction
     process.join(10)
     assert _signal.getsignal(_signal.SIGINT) is before and not _signal.pthread_sigmask(_signal.SIG_BLOCK, set())
+
+
+def test_a_child_that_times_out_is_ended_with_every_process_below_it(tmp_path):
+    """ncu's target, a round's workers: killing only the child left them running beside what is
+    measured next (a fake ncu that starts its target in the background and waits on it)."""
+    import os
+    import sys
+    import time
+
+    from relu2.host.proc import run_child
+
+    pid_file = tmp_path / "target.pid"
+    fake = (f"import subprocess, sys; t = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(pid_file)!r}, 'w').write(str(t.pid)); print('launched the target', flush=True); t.wait()")
+    ended = run_child([sys.executable, "-c", fake], timeout_s=3)
+    assert ended.code is None and ended.tail.startswith("no answer in 3 s"), ended
+    target = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(target, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(target, 9)
+        pytest.fail(f"the target {target} outlived its timed-out parent")

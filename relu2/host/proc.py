@@ -141,23 +141,38 @@ class Ended:
 
 def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] | None = None,
               cwd: str | os.PathLike | None = None, log: str | os.PathLike | None = None) -> Ended:
-    """Run ``argv`` to its end or ``timeout_s`` (then it is killed): never raises for how it ended.
-    Its output goes to ``log`` (stdout and stderr together) when given, else is kept; ``tail`` is its
-    last non-empty line (a process that dies says why last)."""
-    try:
-        if log is not None:
-            with open(log, "w", encoding="utf-8") as out:
-                done = subprocess.run(list(argv), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                      timeout=timeout_s)
-            text, stdout = Path(log).read_text(encoding="utf-8", errors="replace"), ""
-        else:
-            done = subprocess.run(list(argv), capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout_s)
-            # Why it failed is on stderr; what it answers, on stdout.
-            text, stdout = (done.stderr if done.returncode and done.stderr.strip() else done.stdout), done.stdout
-    except subprocess.TimeoutExpired as e:
-        partial = e.stderr or e.stdout or b""
-        lines = [ln for ln in (partial.decode(errors="replace") if isinstance(partial, bytes) else partial).splitlines()
-                 if ln.strip()]
-        return Ended(None, f"no answer in {timeout_s:g} s" + (f" (last: {lines[-1]})" if lines else ""))
+    """Run ``argv`` to its end or ``timeout_s`` (then it is killed, with every process below it: ncu's
+    target, a round's workers, which would otherwise go on beside what is measured next): never
+    raises for how it ended.  Its output goes to ``log`` (stdout and stderr together) when given, else
+    is kept; ``tail`` is its last non-empty line (a process that dies says why last)."""
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(open(log, "w", encoding="utf-8")) if log is not None else subprocess.PIPE
+        child = stack.enter_context(subprocess.Popen(list(argv), stdout=out, text=True, env=env, cwd=cwd,
+                                                     stderr=subprocess.STDOUT if log is not None else subprocess.PIPE))
+        try:
+            stdout, stderr = child.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired as e:
+            kill_tree(child.pid)
+            child.wait()  # not communicate(): a process below it that lived on would hold the pipes open
+            partial = e.stderr or e.output or b""
+            lines = [ln for ln in (partial.decode(errors="replace") if isinstance(partial, bytes) else partial).splitlines()
+                     if ln.strip()]
+            return Ended(None, f"no answer in {timeout_s:g} s" + (f" (last: {lines[-1]})" if lines else ""))
+        except BaseException:  # Ctrl-C: as subprocess.run, the child goes (the run's guard ends the rest)
+            child.kill()
+            raise
+    if log is not None:
+        text, stdout = Path(log).read_text(encoding="utf-8", errors="replace"), ""
+    else:  # why it failed is on stderr; what it answers, on stdout
+        text = stderr if child.returncode and stderr.strip() else stdout
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    return Ended(done.returncode, lines[-1] if lines else "", stdout, os.fspath(log) if log is not None else "")
+    return Ended(child.returncode, lines[-1] if lines else "", stdout, os.fspath(log) if log is not None else "")
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL to ``root`` and every process below it (read before any dies: an orphan leaves the tree)."""
+    for pid in [root, *descendants(root, process_table())]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
