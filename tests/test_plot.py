@@ -230,3 +230,23 @@ def test_the_tokens_axis_counts_tokens_at_a_routed_experts_width(rows, tmp_path,
     monkeypatch.setattr(plot, "_save", keep)
     plot.plot_tokens(routed, tmp_path, mode=template.mode, dtype=template.dtype)
     assert drawn == {f"width {width:,} ({top_k} rows a token)": [[1, 64]]}
+
+
+def test_shapes_that_share_an_element_count_are_named_not_dropped_silently(tmp_path, capsys):
+    """A size axis has one point per element count: of model shapes 4096x3072 and 1024x12288 one is
+    drawn, and the other is named on stderr (the CSV and table keep both)."""
+    from relu2.records.rows import make_row
+    from relu2.vocab.schema import OK
+
+    shapes = [("4096x3072", 4096 * 3072), ("1024x12288", 1024 * 12288), ("64x3072", 64 * 3072)]
+    rows = [make_row(machine="m", commit="c" * 40, date="2026-12-08T00:00:00", impl=impl, dtype="bfloat16",
+                     numel=numel, shape=shape, mode="hot", status=OK, median_s=1e-5 * numel / 2**20,
+                     q25_s=0.9e-5 * numel / 2**20, q75_s=1.1e-5 * numel / 2**20,
+                     copy_median_s=1e-5 * numel / 2**20)
+            for impl in ("eager", "copy") for shape, numel in shapes]
+    assert plot.shadowed(rows) == {"1024x12288": "4096x3072"}
+    drawn = plot.plot_all(rows, tmp_path)
+    plot.say_missing(drawn, "relu2 plot")
+    err = capsys.readouterr().err
+    assert "relu2 plot: shapes that share an element count are drawn once against size" in err
+    assert "not drawn 1024x12288 (drawn: 4096x3072)" in err

@@ -129,11 +129,24 @@ def title_of(what: str, rows: Sequence[Row]) -> str:
 
 
 def series(rows: Iterable[Row], value: Callable[[Row], float]) -> list[tuple[int, float, Row]]:
-    """``(numel, value, row)`` sorted by numel, one per numel (the first seen)."""
+    """``(numel, value, row)`` sorted by numel, one per numel (the first seen: ``shadowed`` names the rest)."""
     seen: dict[int, tuple[int, float, Row]] = {}
     for r in rows:
         seen.setdefault(r.numel, (r.numel, value(r), r))
     return [seen[n] for n in sorted(seen)]
+
+
+def shadowed(rows: Iterable[Row]) -> dict[str, str]:
+    """The shapes a plot against size leaves out (shape -> the shape drawn in its place): a size axis
+    has one point per element count and implementation, and model shapes can share one (4096x3072,
+    1024x12288)."""
+    first: dict[tuple[str, str, str, int], str] = {}
+    hidden: dict[str, str] = {}
+    for r in rows:
+        drawn = first.setdefault((r.impl, r.dtype, r.mode, r.numel), r.shape)
+        if drawn != r.shape:
+            hidden.setdefault(r.shape, drawn)
+    return hidden
 
 
 def copy_ceiling_gbps(rows: Iterable[Row], dtype: str | None = None) -> float | None:
@@ -555,11 +568,13 @@ def history_cells(rows: Sequence[Row]) -> list[tuple[str, str, int, str]]:
 
 
 class Drawn(list):
-    """The files ``plot_all`` wrote (PNG and SVG), and ``missing``: each promised plot not drawn -> why."""
+    """The files ``plot_all`` wrote (PNG and SVG), ``missing``: each promised plot not drawn -> why, and
+    ``notes``: what the drawn plots leave out."""
 
     def __init__(self, files: Sequence[Path] = (), missing: dict[str, str] | None = None) -> None:
         super().__init__(files)
         self.missing: dict[str, str] = dict(missing or {})
+        self.notes: list[str] = []
 
 
 def nothing_to_draw(rows: Sequence[Row]) -> str:
@@ -595,6 +610,11 @@ def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None
     if empty:
         return Drawn(missing={"all": empty})
     drawn = Drawn()
+    hidden = shadowed(size_rows(ok_rows(at)))
+    if hidden:
+        drawn.notes.append("shapes that share an element count are drawn once against size (the CSV and table "
+                           "hold them all): not drawn " + ", ".join(f"{shape} (drawn: {kept})"
+                                                                    for shape, kept in hidden.items()))
     drawn += plot_latency(at, out_dir)
     drawn += plot_bandwidth(at, out_dir)
     speedup = plot_speedup(at, out_dir)
@@ -620,7 +640,9 @@ def plot_all(rows: Sequence[Row], out_dir: str | os.PathLike, commit: str | None
 
 
 def say_missing(drawn: Drawn, command: str) -> None:
-    """One stderr line per promised plot not drawn, saying why."""
+    """One stderr line per promised plot not drawn, saying why, and one per note on what the plots leave out."""
     for name, why in drawn.missing.items():
         what = "nothing to draw" if name == "all" else f"no {name} plot"
         print(f"{command}: {what}: {why}", file=sys.stderr)
+    for note in drawn.notes:
+        print(f"{command}: {note}", file=sys.stderr)
