@@ -102,6 +102,9 @@ def test_a_counting_process_that_dies_keeps_the_cells_it_finished(tmp_path, monk
     assert counted.works == {c: recorded.works[c] for c in cells[:3]}
     assert set(counted.failed) == set(cells[3:])
     assert all(why.startswith("not counted: the counting process exited with status 139") for why in counted.failed.values())
+    found, why = counters.figures(cells, "cuda")  # what the sweep and asv's suites record: said, not silent
+    assert set(found) == set(cells[:3])
+    assert why.startswith("work counters: 3 of 6 cells not counted (first: not counted: the counting process exited")
 
 
 def test_ncu_output_that_does_not_read_is_work_not_done_said_in_one_line(tmp_path, monkeypatch, capsys):

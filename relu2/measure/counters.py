@@ -127,7 +127,8 @@ def attribute(ran: Sequence[dict], groups: Sequence[Work], raw_csv: str = "", se
 
 def figures(cells: Sequence[Cell], device: str) -> tuple[dict[Cell, dict[str, float]], str]:
     """The exact counters of every cell (``schema.CELL_FIGURES``: a call's totals), counted in one
-    ncu process, and why none were ("" when they were): no CUDA, no ncu, ncu refused."""
+    ncu process, and why some or all were not ("" when every one was): no CUDA, no ncu, ncu refused,
+    a cell that failed under it."""
     why = unavailable(device)
     if not why:
         try:
@@ -135,8 +136,12 @@ def figures(cells: Sequence[Cell], device: str) -> tuple[dict[Cell, dict[str, fl
         except RuntimeError as e:
             why = f"not counted: {e}"
         else:
-            return ({cell: {name: w.total(name) for name in EXACT} for cell, w in
-                     ((c, counted.work(c)) for c in counted.works) if w is not None}, "")
+            found = {cell: {name: w.total(name) for name in EXACT} for cell, w in
+                     ((c, counted.work(c)) for c in counted.works) if w is not None}
+            if not counted.failed:
+                return found, ""
+            first = next(iter(counted.failed.values())).splitlines()[0]
+            return found, f"work counters: {len(counted.failed)} of {len(cells)} cells not counted (first: {first})"
     return {}, f"work counters: {why}"
 
 
