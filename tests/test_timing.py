@@ -222,6 +222,19 @@ def test_hot_without_triton_s_timer_checks_its_own_graph_too(monkeypatch, triton
     assert not tries
 
 
+def test_a_written_out_graph_held_to_max_calls_is_not_measured_again(monkeypatch, capsys):
+    """Without triton's timer the graph is capped at max_calls: a fast kernel's graph is short by the
+    budget, not by a stalled estimate, and is not measured three times with a warning each."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "triton", None)
+    monkeypatch.setitem(sys.modules, "triton.testing", None)
+    tries = [([1e-6] * 3, 16)]  # 16 µs of the 200 asked: the cap, 16 calls
+    monkeypatch.setattr(timing, "graph_replay_samples", lambda call, budget: tries.pop(0))
+    assert timing._cuda_hot(lambda x: None, torch.ones(4), Budget(samples=3, sample_ms=0.2, max_calls=16)) == [1e-6] * 3
+    assert not tries and "stalled" not in capsys.readouterr().err
+
+
 def test_a_graph_longer_than_its_sample_time_or_of_uncounted_calls_is_never_short():
     budget = Budget(samples=3, sample_ms=2.0)
     assert timing._short_graph([1e-6], 400, budget)  # 0.4 ms of 2

@@ -330,8 +330,8 @@ def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     call = _by_turns(fn, _warmed_copies(fn, x, count))
     tries = []
     for _ in range(HOT_TRIES):
-        samples, calls = _hot_graph(call, budget)
-        if not _short_graph(samples, calls, budget):
+        samples, calls, capped = _hot_graph(call, budget)
+        if capped or not _short_graph(samples, calls, budget):
             return samples
         tries.append((calls, samples))
         # Said, so a probe or a log shows whether (and where) the check fires.
@@ -340,17 +340,23 @@ def _cuda_hot(fn: Fn, x: torch.Tensor, budget: Budget) -> list[float]:
     return max(tries, key=lambda t: t[0])[1]  # every estimate stalled: the longest graph is the least wrong
 
 
-def _hot_graph(step: Callable[[], None], budget: Budget) -> tuple[list[float], int]:
-    """One hot figure of ``step`` (a call) and the calls its graph held: by triton's
-    ``do_bench_cudagraph``, or, without a triton that returns every replay, by the same method written out."""
+def _hot_graph(step: Callable[[], None], budget: Budget) -> tuple[list[float], int, bool]:
+    """One hot figure of ``step`` (a call), the calls its graph held, and whether ``budget.max_calls``
+    held it: by triton's ``do_bench_cudagraph`` (uncapped), or, without a triton that returns every
+    replay, by the same method written out (capped)."""
     try:
         from triton.testing import do_bench_cudagraph
     except ImportError:
-        return graph_replay_samples(step, budget)
+        return _written_out(step, budget)
     try:
-        return _triton_graph_samples(do_bench_cudagraph, step, budget)
+        return (*_triton_graph_samples(do_bench_cudagraph, step, budget), False)
     except AssertionError:  # a triton older than return_mode="all"
-        return graph_replay_samples(step, budget)
+        return _written_out(step, budget)
+
+
+def _written_out(step: Callable[[], None], budget: Budget) -> tuple[list[float], int, bool]:
+    samples, calls = graph_replay_samples(step, budget)
+    return samples, calls, calls >= budget.max_calls  # short by the cap, not by a stalled estimate
 
 
 def _short_graph(samples: Sequence[float], calls: int, budget: Budget) -> bool:
