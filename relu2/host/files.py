@@ -16,6 +16,14 @@ from typing import Any
 from relu2.vocab.errors import WriteError
 
 
+TEMPORARY_SUFFIX = ".tmp"  # atomic_write_text's temporary files: .NAME.XXXX.tmp, renamed or removed
+
+
+def is_cut_short(name: str) -> bool:
+    """Whether ``name`` is an atomic write's temporary file (left only by a kill mid-write)."""
+    return name.startswith(".") and name.endswith(TEMPORARY_SUFFIX)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
     """Write ``text`` (or bytes) to ``path`` through a temporary file and a rename, so a crash never
     leaves half a file.  The file gets the mode a plain open() would give it; errors name ``path``,
@@ -24,7 +32,7 @@ def atomic_write_text(path: str | os.PathLike, text: str | bytes) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=path.parent)
     except OSError as e:
         raise WriteError(e.errno, f"cannot write {path}: {e.strerror or e}") from None
     umask = os.umask(0)  # mkstemp makes the file owner-only; give it the mode a plain open() would

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from relu2.host.proc import Proc, ProcessFailed, descendants, parse_stat, process_table
+from relu2.host.proc import Proc, ProcessFailed, descendants, parse_stat, process_table, signal_all
 
 MARK_PREFIX = "RELU2_RUN_"  # + a token per run; its value is the pid of the run's process
 GRACE_S = 3.0  # SIGTERM, then this long to leave through Python's exit, then SIGKILL
@@ -136,22 +136,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _signal_all(pids: Iterable[int], signum: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
 def end(pids: Iterable[int], grace_s: float = GRACE_S) -> int:
     """SIGTERM to ``pids``, SIGKILL to those still alive ``grace_s`` later; how many were alive."""
     pids = [p for p in pids if _alive(p)]
-    _signal_all(pids, signal.SIGTERM)
+    signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(_POLL_S)
-    _signal_all([p for p in pids if _alive(p)], signal.SIGKILL)
+    signal_all([p for p in pids if _alive(p)], signal.SIGKILL)
     return len(pids)
 
 
@@ -274,13 +266,13 @@ def guard(command: str, saved: Callable[[], str] = lambda: "nothing was saved") 
         if run.signum is not None:  # the second: everything now
             left = run.processes()
             run.stopped = max(run.stopped, len(left))
-            _signal_all(left, signal.SIGKILL)
+            signal_all(left, signal.SIGKILL)
             print(run.line("killed"), file=sys.stderr, flush=True)
             os._exit(EXIT_INTERRUPTED)
         run.signum = signum
         left = run.processes()
         run.stopped = len(left)
-        _signal_all(left, signal.SIGTERM)  # they leave while this process unwinds
+        signal_all(left, signal.SIGTERM)  # they leave while this process unwinds
         if not closing:
             raise Signalled
 

@@ -12,7 +12,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 # --- the process table ------------------------------------------------------------------------------
 
@@ -169,10 +169,14 @@ def run_child(argv: Sequence[str], *, timeout_s: float, env: Mapping[str, str] |
     return Ended(child.returncode, lines[-1] if lines else "", stdout, os.fspath(log) if log is not None else "")
 
 
-def kill_tree(root: int) -> None:
-    """SIGKILL to ``root`` and every process below it (read before any dies: an orphan leaves the tree)."""
-    for pid in [root, *descendants(root, process_table())]:
+def signal_all(pids: Iterable[int], signum: int) -> None:
+    for pid in pids:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def kill_tree(root: int) -> None:
+    """SIGKILL to ``root`` and every process below it (read before any dies: an orphan leaves the tree)."""
+    signal_all([root, *descendants(root, process_table())], signal.SIGKILL)

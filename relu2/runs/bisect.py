@@ -473,8 +473,7 @@ class Plan:
 
     def same_search(self, other: Mapping) -> bool:
         return (other.get("commits"), other.get("cells"), other.get("factor"), other.get("budget"),
-                other.get("factors", {}), other.get("gpu") or self.gpu) == (
-                    self.commits, self.cells, self.factor, self.budget, self.factors, self.gpu)
+                other.get("factors", {})) == (self.commits, self.cells, self.factor, self.budget, self.factors)
 
 
 def read_state(state: Path | None) -> dict | None:

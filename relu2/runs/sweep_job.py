@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from relu2.host import busy as quiet
 from relu2.host import git, lifecycle
+from relu2.host.files import is_cut_short
 from relu2.measure import figures, sweep
 from relu2.records.rows import write_csv
 from relu2.show.table import format_table
@@ -151,13 +152,9 @@ def resumable(folder: Path) -> bool:
     (or only its lock: stopped before the first), with nothing beside it but what a sweep writes (the
     CSV and plots written before the checkpoint is dropped; a temporary file a kill cut short)."""
     names = [p.name for p in folder.iterdir()]
-    begun = PARTIAL in names or all(n == sweep.LOCK or _cut_short(n) for n in names)
-    return begun and all(n in (PARTIAL, "sweep.csv", sweep.LOCK) or n.endswith((".png", ".svg")) or _cut_short(n)
+    begun = PARTIAL in names or all(n == sweep.LOCK or is_cut_short(n) for n in names)
+    return begun and all(n in (PARTIAL, "sweep.csv", sweep.LOCK) or n.endswith((".png", ".svg")) or is_cut_short(n)
                          for n in names)
-
-
-def _cut_short(name: str) -> bool:
-    return name.startswith(".") and name.endswith(".tmp")  # atomic_write_text's .NAME.XXXX.tmp
 
 
 def finish(rows: list, out: Path, partial: Path) -> int:
